@@ -1,0 +1,32 @@
+"""`cockpit check DIR`: validate the campaign file and say what is worth knowing about it."""
+
+from __future__ import annotations
+
+from cockpit.campaign import load_campaign
+from cockpit.runlog import plan_drift
+
+
+def run(args) -> int:
+    campaign = load_campaign(args.dir)
+    lot = campaign.lot
+    model = campaign.model
+    source = "as written" if lot.price_usd is not None else "from the catalogue"
+    print(f"{campaign.file}: valid (schema 1)")
+    print(f"  campaign  {campaign.id}")
+    print(
+        f"  lot       {lot.gpu_model} × {lot.gpu_count}, {lot.days} days, "
+        f"{campaign.price} USD for the lot ({source})"
+        + (f", order {lot.order_ref}" if lot.order_ref else "")
+    )
+    print(
+        f"  items     {len(model.tasks)} task{'s' if len(model.tasks) != 1 else ''}, "
+        f"{len(model.runs)} run{'s' if len(model.runs) != 1 else ''}, "
+        f"{len(model.stop_rules)} stop rule{'s' if len(model.stop_rules) != 1 else ''}, "
+        f"{len(model.deliverables)} deliverable{'s' if len(model.deliverables) != 1 else ''}"
+    )
+    for warning in campaign.warnings:
+        print(f"  note: {warning}")
+    drift = plan_drift(campaign)
+    if drift:
+        print(f"  note: {drift}")
+    return 0

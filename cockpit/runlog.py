@@ -1,0 +1,339 @@
+"""The run log (`runlog.jsonl`): the campaign's append-only register of decisions and alerts.
+
+Every event is one complete JSON line, written under an exclusive lock, flushed and fsynced
+before `append` returns, so several writers (the TUI, the CLI, a headless watcher) can share it
+and nothing recorded is lost. Readers skip torn or bad lines and count them.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import getpass
+import json
+import math
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+RUNLOG_FILE = "runlog.jsonl"
+STATE_DIR = ".cockpit"
+FROZEN_PLAN = "plan.toml"
+FILE_MODE = 0o640  # readable by the owner's group at most
+DIR_MODE = 0o750
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(moment: datetime) -> str:
+    """ISO-8601 in UTC with a Z, to the millisecond."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_ts(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def who() -> str:
+    """The person recording: user@host."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no name for this uid (a container): keep the number
+        user = f"uid{os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
+class RunLogError(Exception):
+    """The run log could not be written; nothing was recorded."""
+
+
+def _plain(value: Any) -> Any:
+    """Values as strict JSON: Decimal and datetimes as text, non-finite floats as their names."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Decimal):
+        return f"{value:.2f}" if value == value.quantize(Decimal("0.01")) else str(value)
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    return json.dumps(_plain(event), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        event = json.loads(line)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(event, dict) or not isinstance(event.get("seq"), int) or not isinstance(event.get("type"), str):
+        return None
+    return event
+
+
+@dataclass(frozen=True)
+class LogRead:
+    events: list[dict[str, Any]]
+    bad_lines: int
+    bad_line_numbers: list[int]
+
+
+class Transaction:
+    """What a writer may do while it holds the run log's lock."""
+
+    def __init__(self, log: "RunLog", fd: int):
+        self._log = log
+        self._fd = fd
+
+    def read(self) -> LogRead:
+        return self._log.read()
+
+    def append(self, type: str, **fields: Any) -> dict[str, Any]:
+        return self._log._append_locked(self._fd, type, fields)
+
+
+class RunLog:
+    """The run log of the campaign in `directory`."""
+
+    def __init__(self, directory: str | Path, clock: Clock = utc_now, source_user: str | None = None):
+        self.directory = Path(directory)
+        self.path = self.directory / RUNLOG_FILE
+        self.clock = clock
+        self.who = source_user or who()
+
+    # ------------------------------------------------------------ writing
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Hold the exclusive lock: read and append as one step (e.g. "log this alert unless logged")."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        except OSError as error:
+            raise RunLogError(f"cannot open {self.path}: {error.strerror}; nothing was recorded") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield Transaction(self, fd)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def append(self, type: str, **fields: Any) -> dict[str, Any]:
+        """Write one event and return it (with its seq) once it is on disk."""
+        with self.transaction() as tx:
+            return tx.append(type, **fields)
+
+    def _append_locked(self, fd: int, type: str, fields: dict[str, Any]) -> dict[str, Any]:
+        size = os.fstat(fd).st_size
+        prefix = b""
+        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            prefix = b"\n"  # a crash tore the last line: end it so this event stays whole
+        event: dict[str, Any] = {"seq": _last_seq(fd, size) + 1, "ts": iso(self.clock()), "type": type}
+        event.update(fields)
+        event.setdefault("who", self.who)
+        data = prefix + encode_event(event)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except OSError as error:
+            try:
+                os.ftruncate(fd, size)  # leave what was already written exactly as it was
+            except OSError:
+                pass
+            reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
+            raise RunLogError(f"cannot write to {self.path}: {reason}; nothing was recorded") from None
+        return json.loads(data)
+
+    # ------------------------------------------------------------ reading
+
+    def read(self) -> LogRead:
+        """Every well-formed event in order; torn or bad lines are skipped and counted."""
+        events: list[dict[str, Any]] = []
+        bad: list[int] = []
+        try:
+            handle = open(self.path, "rb")
+        except FileNotFoundError:
+            return LogRead([], 0, [])
+        except OSError as error:
+            raise RunLogError(f"cannot read {self.path}: {error.strerror}") from None
+        with handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                event = _decode(line)
+                if event is None:
+                    bad.append(number)
+                else:
+                    events.append(event)
+        return LogRead(events, len(bad), bad)
+
+    def replay(self) -> "RecordedState":
+        return RecordedState.from_events(self.read().events)
+
+
+def _last_seq(fd: int, size: int) -> int:
+    """The seq of the last well-formed event, reading backwards from the end."""
+    chunk = 65536
+    end = size
+    tail = b""
+    while end > 0:
+        start = max(0, end - chunk)
+        tail = os.pread(fd, end - start, start) + tail
+        end = start
+        lines = tail.split(b"\n")
+        complete = lines if start == 0 else lines[1:]  # the first piece may be cut mid-line
+        for line in reversed(complete):
+            event = _decode(line) if line.strip() else None
+            if event is not None:
+                return int(event["seq"])
+        tail = lines[0] if start > 0 else b""
+    return 0
+
+
+# ---------------------------------------------------------------- replay
+
+
+@dataclass
+class AlertRecord:
+    event: dict[str, Any]
+    acknowledged: dict[str, Any] | None = None
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.event.get("rule", ""), self.event.get("run"))
+
+
+@dataclass
+class RecordedState:
+    """What the run log says happened: the campaign's recorded decisions and alerts."""
+
+    started: dict[str, Any] | None = None
+    stops: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    accepted: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[dict[str, Any]] = field(default_factory=list)
+    alerts: list[AlertRecord] = field(default_factory=list)
+    runs_started: list[dict[str, Any]] = field(default_factory=list)
+    closed: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_events(cls, events: list[dict[str, Any]]) -> "RecordedState":
+        state = cls()
+        open_alerts: dict[tuple[str, str | None], AlertRecord] = {}
+        by_type = {
+            "stop": state.stops,
+            "pilot_decision": state.decisions,
+            "accepted": state.accepted,
+            "rejected": state.rejected,
+            "note": state.notes,
+            "run_started": state.runs_started,
+            "closed": state.closed,
+        }
+        for event in events:
+            kind = event["type"]
+            if kind == "campaign_started" and state.started is None:
+                state.started = event
+            elif kind in by_type:
+                by_type[kind].append(event)
+            elif kind == "alert":
+                record = AlertRecord(event)
+                state.alerts.append(record)
+                open_alerts[record.key] = record
+            elif kind == "ack":
+                record = open_alerts.pop((event.get("rule", ""), event.get("run")), None)
+                if record is not None:
+                    record.acknowledged = event
+        return state
+
+    @property
+    def active_alerts(self) -> list[AlertRecord]:
+        return [a for a in self.alerts if a.acknowledged is None]
+
+    def stop_of(self, run_id: str) -> dict[str, Any] | None:
+        return next((s for s in self.stops if s.get("run") == run_id), None)
+
+    @property
+    def pilot_decision(self) -> dict[str, Any] | None:
+        return self.decisions[-1] if self.decisions else None
+
+
+# ---------------------------------------------------------------- the frozen plan
+
+
+def state_dir(directory: str | Path) -> Path:
+    """`.cockpit/` in the campaign folder, created owner-and-group only."""
+    path = Path(directory) / STATE_DIR
+    path.mkdir(mode=DIR_MODE, exist_ok=True)
+    return path
+
+
+def frozen_plan_path(directory: str | Path) -> Path:
+    return Path(directory) / STATE_DIR / FROZEN_PLAN
+
+
+def frozen_plan_text(directory: str | Path) -> str | None:
+    try:
+        return frozen_plan_path(directory).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
+    """Freeze the plan and log `campaign_started` the first time the campaign is used live.
+
+    Returns the new event, or None when the campaign had already started. Under the run log's
+    lock, so two cockpits starting at once freeze it once.
+    """
+    with log.transaction() as tx:
+        if frozen_plan_path(campaign.directory).exists():
+            return None
+        folder = state_dir(campaign.directory)
+        temporary = folder / (FROZEN_PLAN + ".tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(campaign.text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, folder / FROZEN_PLAN)
+        return tx.append(
+            "campaign_started",
+            campaign=campaign.id,
+            plan_sha256=campaign.sha256,
+            plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
+            plan=campaign.text,
+        )
+
+
+def plan_drift(campaign: Any) -> str | None:
+    """A sentence when campaign.toml no longer matches the plan frozen at the start, else None."""
+    frozen = frozen_plan_text(campaign.directory)
+    if frozen is None or frozen == campaign.text:
+        return None
+    return (
+        "campaign.toml has changed since the campaign started; the frozen plan in "
+        f"{STATE_DIR}/{FROZEN_PLAN} stays the reference for planned vs actual. "
+        "A run whose configuration changed after a stop needs a new run id (§4)."
+    )
