@@ -10,22 +10,11 @@ import json
 import sys
 from typing import Any
 
+from cockpit import decisions
 from cockpit.campaign import Campaign, load_campaign
-from cockpit.cli import Finding, UsageError
-from cockpit.runlog import RunLog, ensure_started, parse_ts, plan_drift
+from cockpit.runlog import RunLog, frozen_plan_path, parse_ts, plan_drift
 
 SOURCE = "cli"
-
-
-def _names(values: list[str]) -> str:
-    return ", ".join(values) if values else "none"
-
-
-def require_run(campaign: Campaign, run_id: str) -> None:
-    if campaign.run(run_id) is None:
-        raise UsageError(
-            f"no run '{run_id}' in {campaign.file} (runs: {_names([r.id for r in campaign.runs])}); nothing was recorded"
-        )
 
 
 def _open(args) -> tuple[Campaign, RunLog]:
@@ -33,126 +22,71 @@ def _open(args) -> tuple[Campaign, RunLog]:
     return campaign, RunLog(campaign.directory)
 
 
-def _start(campaign: Campaign, log: RunLog) -> None:
-    """The first recording starts the campaign: the plan is frozen and logged once."""
-    if ensure_started(campaign, log):
+def _say_start_and_drift(campaign: Campaign, started: bool) -> None:
+    if started:
         print(f"campaign {campaign.id} started: plan frozen in .cockpit/plan.toml (sha256 {campaign.sha256[:12]}…)")
     drift = plan_drift(campaign)
     if drift:
         print(f"note: {drift}", file=sys.stderr)
 
 
-def _text(value: str | None, what: str) -> str | None:
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        raise UsageError(f"{what} is empty; write what happened, e.g. {what} \"loss plateaued at 2.3\"")
-    return value
-
-
-def _last_metrics(campaign: Campaign, run_id: str) -> dict[str, Any]:
-    """The run's last step and metric values, as the stop event keeps them."""
-    from cockpit.engine import last_metrics_of_run
-
-    return last_metrics_of_run(campaign, run_id)
+def _was_started(log: RunLog) -> bool:
+    return frozen_plan_path(log.directory).exists()
 
 
 def stop(args) -> int:
+    from cockpit.engine import last_metrics_of_run, terminate_run_of
+
     campaign, log = _open(args)
-    require_run(campaign, args.run)
-    if args.rule is not None and campaign.rule(args.rule) is None:
-        raise UsageError(
-            f"no stop rule '{args.rule}' in {campaign.file} "
-            f"(rules: {_names([r.id for r in campaign.model.stop_rules])}); use --reason TEXT for a stop no rule covers; nothing was recorded"
-        )
-    reason = _text(args.reason, "--reason")
-    earlier = log.replay().stop_of(args.run)
-    if earlier is not None:
-        raise Finding(
-            f"run '{args.run}' was already stopped (seq {earlier['seq']}, {earlier.get('ts')}); "
-            "nothing was recorded. A relaunch after a fix deserves a new run id (§4); "
-            "to add an explanation use `cockpit note DIR TEXT --run RUN`"
-        )
-    _start(campaign, log)
-    last = _last_metrics(campaign, args.run)
-    signal: dict[str, Any] = {"requested": bool(args.signal), "sent": False}
-    if args.signal:
-        signal.update(_send_sigterm(campaign, args.run))
-    event = log.append(
-        "stop",
-        run=args.run,
-        rule=args.rule,
-        reason=reason,
-        source=SOURCE,
-        last=last,
-        signal=signal,
+    decisions.require_run(campaign, args.run)
+    if args.rule is not None:
+        decisions.require_rule(campaign, args.rule)
+    started = _was_started(log)
+    signal = (lambda: terminate_run_of(campaign, args.run)) if args.signal else None
+    event = decisions.record_stop(
+        campaign, log, args.run, rule=args.rule, reason=args.reason, source=SOURCE,
+        last=last_metrics_of_run(campaign, args.run), signal=signal,
     )
-    cause = f"rule {args.rule}" if args.rule else f"reason: {reason}"
+    _say_start_and_drift(campaign, not started)
+    cause = f"rule {args.rule}" if args.rule else f"reason: {event['reason']}"
     print(f"recorded: stop of run '{args.run}' ({cause}) — seq {event['seq']} in {log.path.name}")
     if args.signal:
-        print(("SIGTERM sent: " if signal["sent"] else "no signal sent: ") + signal.get("detail", ""))
-        if not signal["sent"]:
-            return 1
+        outcome = event["signal"]
+        print(("SIGTERM sent: " if outcome["sent"] else "no signal sent: ") + outcome.get("detail", ""))
+        return 0 if outcome["sent"] else 1
     return 0
-
-
-def _send_sigterm(campaign: Campaign, run_id: str) -> dict[str, Any]:
-    """SIGTERM to the run's own process only, after checking it is still that process."""
-    from cockpit.engine import terminate_run_of
-
-    return terminate_run_of(campaign, run_id)
 
 
 def decide(args) -> int:
     campaign, log = _open(args)
-    note = _text(args.note, "--note")
-    pilot = campaign.model.pilot
-    _start(campaign, log)
-    fields: dict[str, Any] = {"decision": args.decision, "note": note, "source": SOURCE}
-    if pilot is not None:
-        fields["run"] = pilot.run
-        fields["decide_after_hours"] = pilot.decide_after_hours
-    start = campaign.lot.start
-    if start is not None:
-        fields["lot_hours"] = round((log.clock() - start).total_seconds() / 3600, 3)
-    event = log.append("pilot_decision", **fields)
+    started = _was_started(log)
+    event = decisions.record_decision(campaign, log, args.decision, note=args.note, source=SOURCE)
+    _say_start_and_drift(campaign, not started)
     print(f"recorded: pilot decision '{args.decision}' — seq {event['seq']} in {log.path.name}")
-    if pilot is None:
+    if campaign.model.pilot is None:
         print("note: the campaign declares no [pilot]; the decision is recorded without a pilot run", file=sys.stderr)
     return 0
 
 
 def accept(args) -> int:
     campaign, log = _open(args)
-    deliverable = campaign.deliverable(args.deliverable)
-    if deliverable is None:
-        raise UsageError(
-            f"no deliverable '{args.deliverable}' in {campaign.file} "
-            f"(deliverables: {_names([d.id for d in campaign.model.deliverables])}); nothing was recorded"
-        )
-    path = campaign.directory / deliverable.path
-    if not path.exists():
-        raise Finding(f"deliverable '{deliverable.id}': {deliverable.path} does not exist; nothing was recorded")
-    _start(campaign, log)
-    state = log.replay()
-    if deliverable.run and state.stop_of(deliverable.run):
+    started = _was_started(log)
+    event = decisions.record_acceptance(campaign, log, args.deliverable, source=SOURCE)
+    _say_start_and_drift(campaign, not started)
+    if event.get("run") and log.replay().stop_of(event["run"]):
         print(
-            f"note: run '{deliverable.run}' was stopped; `cockpit close` will not count its deliverable as accepted",
+            f"note: run '{event['run']}' was stopped; `cockpit close` will not count its deliverable as accepted",
             file=sys.stderr,
         )
-    event = log.append("accepted", deliverable=deliverable.id, run=deliverable.run, path=deliverable.path, source=SOURCE)
-    print(f"recorded: acceptance of '{deliverable.id}' — seq {event['seq']} in {log.path.name}")
+    print(f"recorded: acceptance of '{args.deliverable}' — seq {event['seq']} in {log.path.name}")
     return 0
 
 
 def note(args) -> int:
     campaign, log = _open(args)
-    if args.run is not None:
-        require_run(campaign, args.run)
-    text = _text(args.text, "the note")
-    _start(campaign, log)
-    event = log.append("note", run=args.run, text=text, source=SOURCE)
+    started = _was_started(log)
+    event = decisions.record_note(campaign, log, args.text, run_id=args.run, source=SOURCE)
+    _say_start_and_drift(campaign, not started)
     print(f"recorded: note — seq {event['seq']} in {log.path.name}")
     return 0
 
@@ -188,7 +122,7 @@ def _local(ts: Any) -> str:
 def show_log(args) -> int:
     campaign, log = _open(args)
     if args.run is not None:
-        require_run(campaign, args.run)
+        decisions.require_run(campaign, args.run)
     read = log.read()
     events = [e for e in read.events if args.run is None or e.get("run") == args.run]
     if args.json:

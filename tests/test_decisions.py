@@ -1,0 +1,47 @@
+"""Decisions recorded from any source go through the same checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from cockpit import decisions
+from cockpit.campaign import load_campaign
+from cockpit.errors import Finding, UsageError
+from cockpit.runlog import RunLog
+
+
+def test_acknowledge_closes_only_an_open_alert(seed_campaign):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    log.append("alert", rule="nan-loss", run="v-r64", message="loss is NaN at step 40")
+    event = decisions.acknowledge(campaign, log, "nan-loss", "v-r64", source="key")
+    assert event["alert_seq"] == 1 and event["source"] == "key"
+    with pytest.raises(Finding, match="no open alert of rule 'nan-loss'"):
+        decisions.acknowledge(campaign, log, "nan-loss", "v-r64", source="key")
+    assert log.replay().active_alerts == []
+
+
+def test_a_stop_signal_runs_only_after_validation(seed_campaign):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    calls = []
+
+    def signal():
+        calls.append(1)
+        return {"sent": True, "detail": "pid 42"}
+
+    with pytest.raises(UsageError):
+        decisions.record_stop(campaign, log, "v-r99", rule="nan-loss", source="key", signal=signal)
+    with pytest.raises(UsageError):
+        decisions.record_stop(campaign, log, "v-r16", source="key", signal=signal)
+    event = decisions.record_stop(campaign, log, "v-r16", reason="diverging", source="key", signal=signal)
+    assert calls == [1] and event["signal"] == {"requested": True, "sent": True, "detail": "pid 42"}
+    with pytest.raises(Finding, match="already stopped"):
+        decisions.record_stop(campaign, log, "v-r16", reason="again", source="key", signal=signal)
+    assert calls == [1]
+
+
+def test_pilot_decision_carries_the_pilot_run(seed_campaign):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    event = decisions.record_decision(campaign, log, "revise", note="the question is too broad", source="key")
+    assert event["run"] == "ctrl-r1" and event["decision"] == "revise"
+    with pytest.raises(UsageError):
+        decisions.record_decision(campaign, log, "maybe", source="key")
