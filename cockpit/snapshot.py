@@ -1,0 +1,240 @@
+"""The frozen snapshot of a campaign at one moment: what the engine produces and every view
+(the TUI, `status`, `status --json`) renders. Plain data, no behaviour beside its JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Protocol
+
+from cockpit.runlog import iso
+
+
+@dataclass(frozen=True)
+class LotView:
+    campaign_id: str
+    question: str | None
+    gpu_model: str
+    gpus: int
+    days: int
+    price_usd: Decimal
+    order_ref: str | None
+    start: datetime | None
+    end: datetime | None
+
+
+@dataclass(frozen=True)
+class ClockView:
+    now: datetime
+    started: bool  # the lot has a start and it has passed
+    elapsed_hours: float | None
+    remaining_hours: float | None  # to the lot's end
+    window_hours: float
+    committed_hours: float  # the plan, end to end with retrieval
+    committed_remaining_hours: float | None  # the remaining plan, re-estimated from measured progress
+    uncommitted_hours: float
+    projected_finish: datetime | None  # end of the remaining plan, retrieval included
+    retrieval_hours: float
+    fits: bool | None  # projected finish (retrieval included) before the lot's end
+    message: str | None = None  # e.g. "[lot] has no start: the clock needs one"
+
+
+@dataclass(frozen=True)
+class NvmlView:
+    available: bool
+    reason: str | None
+    simulated: bool = False
+    sample_age_seconds: float | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuProcessView:
+    pid: int
+    used_memory_bytes: int | None
+    run: str | None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    index: int
+    name: str
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    memory_total_bytes: int | None = None
+    temperature_c: float | None = None
+    power_watts: float | None = None
+    power_limit_watts: float | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    throttle_reasons: tuple[str, ...] = ()
+    processes: tuple[GpuProcessView, ...] = ()
+    lost: bool = False
+    simulated: bool = False
+    utilization_history: tuple[float, ...] = ()  # oldest first, bounded
+    memory_history: tuple[float, ...] = ()  # percent used, oldest first, bounded
+
+
+@dataclass(frozen=True)
+class HostView:
+    cpu_percent: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    disk_used_bytes: int | None
+    disk_total_bytes: int | None
+    disk_free_bytes: int | None
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    role: str
+    tier: str
+    state: str  # planned | running | finished | failed | stopped | ended (process gone without `finished`)
+    step: int | None
+    total_steps: int | None
+    loss: float | None
+    quality: float | None  # the closing metric's last value
+    last: dict[str, Any]  # last value of every metric reported
+    eta: datetime | None
+    last_checkpoint_at: datetime | None
+    resume_verified: bool
+    resume_verified_at: datetime | None
+    pid: int | None
+    alive: bool | None
+    bad_lines: int = 0
+    stop_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class AlertView:
+    rule: str
+    run: str | None
+    message: str
+    ts: datetime | None
+    seq: int | None  # the run log's seq of the alert event
+    acknowledged: bool = False
+    severity: str = "warning"  # warning | critical
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: datetime
+    lot: LotView
+    clock: ClockView
+    nvml: NvmlView
+    gpus: tuple[GpuView, ...]
+    host: HostView | None
+    runs: tuple[RunView, ...]
+    alerts: tuple[AlertView, ...]  # active (unacknowledged) alerts, newest first
+    notices: tuple[str, ...] = field(default_factory=tuple)  # plan drift, container pids, bad lines …
+
+    def run(self, run_id: str) -> RunView | None:
+        return next((r for r in self.runs if r.id == run_id), None)
+
+
+class SnapshotSource(Protocol):
+    """What a view needs from the engine: one blocking call (run it off the UI thread)."""
+
+    def tick(self) -> Snapshot: ...
+
+
+# ---------------------------------------------------------------- JSON (status --json)
+
+
+def _time(value: datetime | None) -> str | None:
+    return iso(value) if value else None
+
+
+def _hours(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _number(value: Any) -> Any:
+    """Non-finite metric values stay visible in strict JSON as their names."""
+    if isinstance(value, float) and value != value:
+        return "NaN"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def to_json(snapshot: Snapshot) -> dict[str, Any]:
+    """`status --json`: SPEC §3's fields, plus what the TUI shows."""
+    clock, lot = snapshot.clock, snapshot.lot
+    return {
+        "campaign": lot.campaign_id,
+        "taken_at": _time(snapshot.taken_at),
+        "lot": {
+            "gpu_model": lot.gpu_model,
+            "gpus": lot.gpus,
+            "days": lot.days,
+            "price_usd": f"{lot.price_usd:.2f}",
+            "order_ref": lot.order_ref,
+            "start": _time(lot.start),
+            "end": _time(lot.end),
+        },
+        "started": clock.started,
+        "elapsed_hours": _hours(clock.elapsed_hours),
+        "remaining_hours": _hours(clock.remaining_hours),
+        "window_hours": _hours(clock.window_hours),
+        "committed_hours": _hours(clock.committed_hours),
+        "committed_remaining_hours": _hours(clock.committed_remaining_hours),
+        "uncommitted_hours": _hours(clock.uncommitted_hours),
+        "projected_finish": _time(clock.projected_finish),
+        "fits": clock.fits,
+        "clock_message": clock.message,
+        "nvml": {"available": snapshot.nvml.available, "reason": snapshot.nvml.reason, "simulated": snapshot.nvml.simulated},
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "simulated": g.simulated,
+                "lost": g.lost,
+                "utilization_percent": g.utilization_percent,
+                "memory_used_bytes": g.memory_used_bytes,
+                "memory_total_bytes": g.memory_total_bytes,
+                "temperature_c": g.temperature_c,
+                "power_watts": g.power_watts,
+                "power_limit_watts": g.power_limit_watts,
+                "sm_clock_mhz": g.sm_clock_mhz,
+                "memory_clock_mhz": g.memory_clock_mhz,
+                "throttle_reasons": list(g.throttle_reasons),
+                "processes": [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes, "run": p.run} for p in g.processes],
+            }
+            for g in snapshot.gpus
+        ],
+        "host": None if snapshot.host is None else {
+            "cpu_percent": snapshot.host.cpu_percent,
+            "memory_used_bytes": snapshot.host.memory_used_bytes,
+            "memory_total_bytes": snapshot.host.memory_total_bytes,
+            "disk_free_bytes": snapshot.host.disk_free_bytes,
+        },
+        "runs": [
+            {
+                "id": r.id,
+                "role": r.role,
+                "tier": r.tier,
+                "state": r.state,
+                "step": r.step,
+                "total_steps": r.total_steps,
+                "last": {k: _number(v) for k, v in r.last.items()},
+                "loss": _number(r.loss),
+                "quality": _number(r.quality),
+                "eta": _time(r.eta),
+                "last_checkpoint_at": _time(r.last_checkpoint_at),
+                "resume_verified": r.resume_verified,
+                "pid": r.pid,
+                "alive": r.alive,
+                "bad_lines": r.bad_lines,
+                "stop_reason": r.stop_reason,
+            }
+            for r in snapshot.runs
+        ],
+        "alerts": [
+            {"rule": a.rule, "run": a.run, "message": a.message, "ts": _time(a.ts), "seq": a.seq, "severity": a.severity}
+            for a in snapshot.alerts
+        ],
+        "notices": list(snapshot.notices),
+    }
