@@ -10,7 +10,7 @@ from typing import Any
 
 from cockpit.campaign import Campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import RunLog, ensure_started
+from cockpit.runlog import RecordedState, RunLog, ensure_started
 
 PILOT_DECISIONS = ("continue", "drop-optional", "revise")
 
@@ -120,20 +120,23 @@ def record_note(campaign: Campaign, log: RunLog, text: str, *, run_id: str | Non
     return log.append("note", run=run_id, text=cleaned, source=source)
 
 
-def acknowledge(campaign: Campaign, log: RunLog, rule: str, run_id: str | None, *, source: str) -> dict[str, Any]:
-    """Acknowledge the open alert of (rule, run); refuse when there is none."""
+def acknowledge(
+    campaign: Campaign, log: RunLog, rule: str, run_id: str | None, *, source: str, key: str | None = None
+) -> dict[str, Any]:
+    """Acknowledge an open alert — the one with `key`, else the newest of (rule, run); refuse when there is none."""
     with log.transaction() as tx:
+        active = RecordedState.from_events(tx.read().events).active_alerts
         open_alert = next(
-            (a for a in reversed(_open_alerts(tx.read().events)) if a["rule"] == rule and a.get("run") == run_id),
+            (
+                a for a in reversed(active)
+                if (a.key == key if key else (a.event.get("rule") == rule and a.event.get("run") == run_id))
+            ),
             None,
         )
         if open_alert is None:
             who = f" on run '{run_id}'" if run_id else ""
             raise Finding(f"no open alert of rule '{rule}'{who}; nothing was recorded")
-        return tx.append("ack", rule=rule, run=run_id, alert_seq=open_alert["seq"], source=source)
-
-
-def _open_alerts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from cockpit.runlog import RecordedState
-
-    return [a.event for a in RecordedState.from_events(events).active_alerts]
+        return tx.append(
+            "ack", rule=open_alert.event.get("rule"), run=open_alert.event.get("run"), key=open_alert.key,
+            alert_seq=open_alert.event["seq"], source=source,
+        )

@@ -1,21 +1,475 @@
 """The live engine: sources (NVML, psutil, metrics streams, the run log) → rules and clock →
-one frozen snapshot that the TUI, `status` and `watch` all render."""
+one frozen snapshot that the TUI, `status` and `watch` all render.
+
+One `tick()` reads only what is new (metric bytes after the saved offsets, run-log lines after
+the last one read), evaluates the stop rules on every new line, logs each new alert once (checked
+under the run log's lock, so a TUI and a headless watcher never log it twice), carries out
+`action = "stop"` rules, and saves its reading position in `.cockpit/` for the next start.
+"""
 
 from __future__ import annotations
 
+import os
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
-from cockpit.campaign import Campaign
+from cockpit import decisions
+from cockpit.calendar import schedule
+from cockpit.campaign import Campaign, CampaignError, read_campaign_text
+from cockpit.clock import ItemProgress, lot_clock
+from cockpit.gpu import GpuSnapshot, NvmlSource
+from cockpit.metrics import STATE_FILE, MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime
+from cockpit.procs import HostProcesses
+from cockpit.rules import RuleEvaluator, RuleState, Trigger
+from cockpit.runlog import (
+    RecordedState,
+    RunLog,
+    alert_key,
+    ensure_started,
+    frozen_plan_text,
+    plan_drift,
+    state_dir,
+    utc_now,
+)
+from cockpit.snapshot import (
+    AlertView,
+    ClockView,
+    GpuProcessView,
+    GpuView,
+    HostView,
+    LotView,
+    NvmlView,
+    RunView,
+    Snapshot,
+)
+
+HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
+SOURCE_AUTO = "auto"
+
+
+class _OneShotGpus:
+    """A GPU source for a single snapshot (`status`): sample once, synchronously."""
+
+    def __init__(self, source: Any):
+        self._source = source
+        self._snapshot: GpuSnapshot | None = None
+
+    def latest(self) -> GpuSnapshot:
+        if self._snapshot is None:
+            self._snapshot = self._source.sample()
+        return self._snapshot
+
+    def close(self) -> None:
+        self._source.close()
+
+
+def _run_start(track: RunTrack) -> float | None:
+    started = track.started or {}
+    ts = started.get("ts")
+    return ts if isinstance(ts, (int, float)) else track.first_started_ts
+
+
+@dataclass
+class _Pending:
+    key: str
+    fields: dict[str, Any]
+    line: int | None = None
+
+
+class Engine:
+    """The campaign's live state, advanced one `tick()` at a time (run it off the UI thread)."""
+
+    def __init__(
+        self,
+        campaign: Campaign,
+        *,
+        clock: Callable[[], datetime] = utc_now,
+        gpus: Any = None,
+        host: HostProcesses | None = None,
+        signal_runs: bool = True,
+        persist: bool = True,
+    ):
+        self.campaign = campaign
+        self.directory = campaign.directory
+        self.clock = clock
+        self.log = RunLog(self.directory, clock=clock)
+        self.gpus = gpus if gpus is not None else _OneShotGpus(env_nvml_source())
+        self.host = host or HostProcesses()
+        self.signal_runs = signal_runs
+        self.persist = persist
+        self.notices: list[str] = []
+        self._gpu_history: dict[int, tuple[deque, deque]] = {}
+        self._log_offset = 0
+        self._events: list[dict[str, Any]] = []
+        self._recorded = RecordedState()
+        self._acks_applied = 0
+        self._bad_log_lines = 0
+        self._started = False
+
+        ensure_started(campaign, self.log)
+        self._started = True
+        self.plan = self._frozen_plan()
+        self.planned = schedule(self.plan.items, self.plan.lot.gpu_count, self.plan.model.calendar.retrieval_hours)
+        drift = plan_drift(campaign)
+        if drift:
+            self.notices.append(drift)
+
+        saved = load_state(self._state_path)
+        self.streams: dict[str, MetricsStream] = {
+            run.id: saved.stream(run.id, run.metrics_path(self.directory)) for run in campaign.runs
+        }
+        self.evaluator = RuleEvaluator(campaign.model.stop_rules, RuleState.from_dict((saved.extra or {}).get("rules")))
+
+    # ------------------------------------------------------------ set-up
+
+    @property
+    def _state_path(self) -> Path:
+        return state_dir(self.directory) / STATE_FILE
+
+    def _frozen_plan(self) -> Campaign:
+        """The plan as frozen at the start: the clock measures against it, not today's file."""
+        text = frozen_plan_text(self.directory)
+        if text is None or text == self.campaign.text:
+            return self.campaign
+        try:
+            return read_campaign_text(text, self.directory, ".cockpit/plan.toml")
+        except CampaignError:
+            self.notices.append(".cockpit/plan.toml (the frozen plan) no longer reads; the clock uses campaign.toml")
+            return self.campaign
+
+    def close(self) -> None:
+        closer = getattr(self.gpus, "close", None)
+        if closer:
+            closer()
+
+    # ------------------------------------------------------------ the run log
+
+    def _follow_log(self) -> RecordedState:
+        events, bad, self._log_offset = self.log.read_from(self._log_offset)
+        self._bad_log_lines += bad
+        if events:
+            self._events.extend(events)
+            self._recorded = RecordedState.from_events(self._events)
+            for event in events:  # an acknowledgement, from any process, re-arms the rule
+                if event["type"] == "ack" and event.get("run"):
+                    self.evaluator.acknowledge(str(event.get("rule")), str(event["run"]))
+        return self._recorded
+
+    def _log_alerts(self, pending: list[_Pending]) -> list[dict[str, Any]]:
+        """Append each alert not already open (or already logged for the same line), under one lock."""
+        if not pending:
+            return []
+        written = []
+        with self.log.transaction() as tx:
+            recorded = tx.read().events
+            open_keys = {a.key for a in RecordedState.from_events(recorded).active_alerts}
+            ever = {(alert_key(e), e.get("line")) for e in recorded if e["type"] == "alert"}
+            ever_keys = {k for k, _ in ever}
+            for item in pending:
+                if item.key in open_keys:
+                    continue
+                if item.line is not None and (item.key, item.line) in ever:
+                    continue  # the same line, re-read after the saved state was lost
+                if item.fields.get("once") and item.key in ever_keys:
+                    continue  # a standing condition (a window threshold, a lost GPU): said once
+                fields = {k: v for k, v in item.fields.items() if k != "once"}
+                written.append(tx.append("alert", key=item.key, **fields))
+                open_keys.add(item.key)
+        return written
+
+    # ------------------------------------------------------------ one tick
+
+    def tick(self) -> Snapshot:
+        now = self.clock()
+        recorded = self._follow_log()
+        gpu_snapshot: GpuSnapshot = self.gpus.latest()
+        triggers: list[Trigger] = []
+        changed = False
+        for run_id, stream in self.streams.items():
+            observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
+            result = stream.poll(observer)
+            changed = changed or bool(result.lines) or result.reset
+
+        run_pids = {
+            run_id: stream.track.started["pid"]
+            for run_id, stream in self.streams.items()
+            if stream.track.started and isinstance(stream.track.started.get("pid"), int)
+        }
+        alive: dict[str, bool | None] = {}
+        for run_id, stream in self.streams.items():
+            pid = run_pids.get(run_id)
+            alive[run_id] = None if pid is None else self.host.is_alive(pid, _run_start(stream.track))
+            if recorded.stop_of(run_id) is None:
+                triggers.extend(self.evaluator.tick(run_id, stream.track, now, bool(alive[run_id])))
+
+        progress = self._progress(recorded, alive)
+        reading = lot_clock(self.plan, now, progress, self.planned)
+
+        pending = [
+            _Pending(f"{t.rule_id}|{t.run_id}", t.event_fields(), t.line) for t in triggers
+        ]
+        pending += [
+            _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
+            for a in reading.alerts
+        ]
+        for alert in gpu_snapshot.alerts:
+            key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
+            pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": alert.rule == "gpu-lost"}))
+        if self._log_alerts(pending):
+            recorded = self._follow_log()
+
+        for trigger in triggers:
+            if trigger.action == "stop" and recorded.stop_of(trigger.run_id) is None:
+                self._auto_stop(trigger)
+                recorded = self._follow_log()
+
+        if self.persist and (changed or triggers):
+            save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+        return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids)
+
+    def _auto_stop(self, trigger: Trigger) -> None:
+        track = self.streams[trigger.run_id].track
+        signal = (lambda: self._terminate(trigger.run_id)) if self.signal_runs else None
+        try:
+            decisions.record_stop(
+                self.campaign, self.log, trigger.run_id, rule=trigger.rule_id, source=SOURCE_AUTO,
+                last=last_metrics(track), signal=signal,
+            )
+        except decisions.Finding:
+            pass  # another cockpit recorded the stop first
+
+    def _terminate(self, run_id: str) -> dict[str, Any]:
+        return terminate_run_of(self.campaign, run_id, host=self.host, track=self.streams[run_id].track)
+
+    # ------------------------------------------------------------ building the snapshot
+
+    def _progress(self, recorded: RecordedState, alive: dict[str, bool | None]) -> dict[str, ItemProgress]:
+        progress: dict[str, ItemProgress] = {}
+        for run in self.campaign.runs:
+            track = self.streams[run.id].track
+            if not track.lines and not track.started:
+                continue
+            stop = recorded.stop_of(run.id)
+            state = _state(track, stop, alive[run.id])
+            ended_at = None
+            if stop:
+                ended_at = _parse(stop.get("ts"))
+            elif track.finished:
+                ended_at = seconds_to_datetime(track.finished.get("ts"))
+            clock_state = {"planned": "pending", "ended": "failed", "quiet": "running"}.get(state, state)
+            progress[run.id] = ItemProgress(
+                state=clock_state,
+                started_at=seconds_to_datetime(_run_start(track) or track.first_ts),
+                ended_at=ended_at,
+                step=track.last_step,
+                step_at=seconds_to_datetime(track.last_ts),
+                total_steps=run.total_steps,
+                steps_per_hour=track.steps_per_hour,
+            )
+        return progress
+
+    def _gpu_views(self, snapshot: GpuSnapshot, process_runs: dict[int, str]) -> tuple[GpuView, ...]:
+        views = []
+        for sample in snapshot.samples:
+            utilization, memory = self._gpu_history.setdefault(sample.index, (deque(maxlen=HISTORY), deque(maxlen=HISTORY)))
+            if sample.utilization_percent is not None:
+                utilization.append(float(sample.utilization_percent))
+            if sample.memory_used_bytes is not None and sample.memory_total_bytes:
+                memory.append(100.0 * sample.memory_used_bytes / sample.memory_total_bytes)
+            views.append(
+                GpuView(
+                    index=sample.index,
+                    name=sample.name,
+                    utilization_percent=sample.utilization_percent,
+                    memory_used_bytes=sample.memory_used_bytes,
+                    memory_total_bytes=sample.memory_total_bytes,
+                    temperature_c=sample.temperature_c,
+                    power_watts=sample.power_draw_w,
+                    power_limit_watts=sample.power_limit_w,
+                    sm_clock_mhz=sample.sm_clock_mhz,
+                    memory_clock_mhz=sample.memory_clock_mhz,
+                    throttle_reasons=sample.slowed_by,
+                    processes=tuple(
+                        GpuProcessView(p.pid, p.used_memory_bytes, process_runs.get(p.pid)) for p in sample.processes or ()
+                    ),
+                    lost=sample.lost,
+                    simulated=sample.simulated,
+                    utilization_history=tuple(utilization),
+                    memory_history=tuple(memory),
+                )
+            )
+        return tuple(views)
+
+    def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids) -> Snapshot:
+        campaign, lot = self.campaign, self.campaign.lot
+        notices = list(self.notices)
+        process_map = self.host.map_gpu_processes(gpu_snapshot.samples, run_pids, [r.id for r in campaign.runs])
+        for message in process_map.messages:
+            if message not in self.notices:
+                self.notices.append(message)
+                notices.append(message)
+        process_runs = {pid: entry.run for entry in process_map.runs for pid in entry.pids}
+        closing_metric = campaign.model.closing.metric if campaign.model.closing else None
+
+        runs = []
+        for run in campaign.runs:
+            track = self.streams[run.id].track
+            stop = recorded.stop_of(run.id)
+            values = track.metric_values
+            rate = track.steps_per_hour
+            state = _state(track, stop, alive.get(run.id))
+            eta = None
+            if state == "running" and run.total_steps and track.last_step is not None and rate and rate > 0:
+                base = seconds_to_datetime(track.last_ts) or now
+                eta = base + timedelta(hours=max(0, run.total_steps - track.last_step) / rate)
+            if track.bad_lines:
+                notices.append(f"run {run.id}: {track.bad_lines} metric line{'s' if track.bad_lines != 1 else ''} could not be read and were skipped")
+            runs.append(
+                RunView(
+                    id=run.id,
+                    role=run.role.value,
+                    tier=run.tier.value,
+                    state=state,
+                    step=track.last_step,
+                    total_steps=run.total_steps,
+                    loss=values.get("loss"),
+                    quality=values.get(closing_metric) if closing_metric else None,
+                    last=values,
+                    eta=eta,
+                    last_checkpoint_at=seconds_to_datetime((track.checkpoint or {}).get("ts")),
+                    resume_verified=track.resume_verified is not None,
+                    resume_verified_at=seconds_to_datetime((track.resume_verified or {}).get("ts")),
+                    pid=run_pids.get(run.id),
+                    alive=alive.get(run.id),
+                    bad_lines=track.bad_lines,
+                    stop_reason=(stop.get("rule") or stop.get("reason")) if stop else None,
+                )
+            )
+        if self._bad_log_lines:
+            notices.append(f"runlog.jsonl: {self._bad_log_lines} torn or bad line{'s' if self._bad_log_lines != 1 else ''} skipped")
+        notices.extend(w for w in gpu_snapshot.warnings if w not in notices)
+
+        alerts = tuple(
+            AlertView(
+                rule=str(a.event.get("rule")),
+                run=a.event.get("run"),
+                message=str(a.event.get("message", "")),
+                ts=_parse(a.event.get("ts")),
+                seq=a.event.get("seq"),
+                severity=str(a.event.get("severity") or ("critical" if a.event.get("action") == "stop" else "warning")),
+                key=a.key,
+            )
+            for a in reversed(recorded.active_alerts)
+        )
+        host = self.host.host(self.directory)
+        return Snapshot(
+            taken_at=now,
+            lot=LotView(
+                campaign_id=campaign.id,
+                question=campaign.model.question,
+                gpu_model=lot.gpu_model,
+                gpus=lot.gpu_count,
+                days=lot.days,
+                price_usd=campaign.price,
+                order_ref=lot.order_ref,
+                start=lot.start,
+                end=lot.end,
+            ),
+            clock=ClockView(
+                now=now,
+                started=reading.started,
+                elapsed_hours=reading.elapsed_hours,
+                remaining_hours=reading.remaining_hours,
+                window_hours=reading.window_hours,
+                committed_hours=self.planned.committed_hours,
+                committed_remaining_hours=reading.committed_remaining_hours,
+                uncommitted_hours=reading.window_hours - self.planned.committed_hours,
+                projected_finish=reading.projected_retrieval_end,
+                retrieval_hours=reading.retrieval_hours,
+                fits=reading.fits,
+                message=reading.message,
+            ),
+            nvml=NvmlView(
+                available=gpu_snapshot.available,
+                reason=gpu_snapshot.reason,
+                simulated=gpu_snapshot.simulated,
+                sample_age_seconds=gpu_snapshot.age_seconds(now),
+                warnings=tuple(gpu_snapshot.warnings),
+            ),
+            gpus=self._gpu_views(gpu_snapshot, process_runs),
+            host=HostView(
+                cpu_percent=host.cpu_percent,
+                memory_used_bytes=host.memory_used_bytes,
+                memory_total_bytes=host.memory_total_bytes,
+                disk_used_bytes=host.disk_used_bytes,
+                disk_total_bytes=host.disk_total_bytes,
+                disk_free_bytes=host.disk_free_bytes,
+            ),
+            runs=tuple(runs),
+            alerts=alerts,
+            notices=tuple(dict.fromkeys(notices)),
+        )
+
+
+def _parse(text: Any) -> datetime | None:
+    from cockpit.runlog import parse_ts
+
+    return parse_ts(text) if isinstance(text, str) else None
+
+
+def _state(track: RunTrack, stop: dict[str, Any] | None, alive: bool | None) -> str:
+    if stop is not None:
+        return "stopped"
+    if track.finished is not None:
+        return "finished" if str(track.finished.get("status", "ok")).lower() in ("ok", "success", "finished", "done") else "failed"
+    if not track.lines and not track.started:
+        return "planned"
+    if alive is False:
+        return "ended"  # its process is gone and it never said `finished`
+    return "running"
+
+
+# ---------------------------------------------------------------- for the command line
+
+
+def _track_of(campaign: Campaign, run_id: str) -> RunTrack | None:
+    """The run's summary, brought up to date from the saved position (reads only new bytes)."""
+    run = campaign.run(run_id)
+    if run is None:
+        return None
+    path = run.metrics_path(campaign.directory)
+    saved = load_state(Path(campaign.directory) / ".cockpit" / STATE_FILE)
+    stream = saved.stream(run_id, path)
+    stream.poll()
+    return stream.track
 
 
 def last_metrics_of_run(campaign: Campaign, run_id: str) -> dict[str, Any]:
     """The run's last step and metric values, for a stop event ({} when it has reported nothing)."""
-    run = campaign.run(run_id)
-    path = run.metrics_path(campaign.directory) if run else None
-    if path is None or not path.exists():
+    track = _track_of(campaign, run_id)
+    if track is None or (not track.lines and not track.started):
         return {}
-    raise NotImplementedError("reading metrics lands with cockpit/metrics.py")
+    return last_metrics(track)
 
 
-def terminate_run_of(campaign: Campaign, run_id: str) -> dict[str, Any]:
-    raise NotImplementedError("signalling lands with cockpit/procs.py")
+def terminate_run_of(
+    campaign: Campaign, run_id: str, *, host: HostProcesses | None = None, track: RunTrack | None = None
+) -> dict[str, Any]:
+    """SIGTERM to the run's own process only: the pid of its `started` event, checked to be the
+    same user's and started when the run said it started (a reused pid is never signalled)."""
+    track = track or _track_of(campaign, run_id)
+    started = (track.started if track else None) or {}
+    pid = started.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool):
+        return {"sent": False, "detail": f"run '{run_id}' has reported no pid (no `started` event), so no process was signalled"}
+    result = (host or HostProcesses()).terminate_run(pid, _run_start(track))
+    return {"sent": result.sent, "pid": pid, "outcome": result.outcome, "detail": result.message}
+
+
+def env_nvml_source() -> Any:
+    """NVML as the environment allows (COCKPIT_NVML=off behaves as if no driver were present)."""
+    return NvmlSource(environ=os.environ)

@@ -189,6 +189,32 @@ class RunLog:
                     events.append(event)
         return LogRead(events, len(bad), bad)
 
+    def read_from(self, offset: int) -> tuple[list[dict[str, Any]], int, int]:
+        """Events in complete lines after byte `offset`: (events, bad lines, new offset).
+
+        For a watcher that keeps up with the log without re-reading it; a line still being
+        written is left for the next call."""
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return [], 0, 0
+        except OSError as error:
+            raise RunLogError(f"cannot read {self.path}: {error.strerror}") from None
+        end = data.rfind(b"\n") + 1
+        events: list[dict[str, Any]] = []
+        bad = 0
+        for line in data[:end].split(b"\n"):
+            if not line.strip():
+                continue
+            event = _decode(line)
+            if event is None:
+                bad += 1
+            else:
+                events.append(event)
+        return events, bad, offset + end
+
     def replay(self) -> "RecordedState":
         return RecordedState.from_events(self.read().events)
 
@@ -221,8 +247,16 @@ class AlertRecord:
     acknowledged: dict[str, Any] | None = None
 
     @property
-    def key(self) -> tuple[str, str | None]:
-        return (self.event.get("rule", ""), self.event.get("run"))
+    def key(self) -> str:
+        return alert_key(self.event)
+
+
+def alert_key(event: dict[str, Any]) -> str:
+    """What makes two alerts the same alert: an explicit `key` (e.g. "lot-window:6h"), else rule and run."""
+    key = event.get("key")
+    if isinstance(key, str) and key:
+        return key
+    return f"{event.get('rule', '')}|{event.get('run') or ''}"
 
 
 @dataclass
@@ -242,7 +276,7 @@ class RecordedState:
     @classmethod
     def from_events(cls, events: list[dict[str, Any]]) -> "RecordedState":
         state = cls()
-        open_alerts: dict[tuple[str, str | None], AlertRecord] = {}
+        open_alerts: dict[str, AlertRecord] = {}
         by_type = {
             "stop": state.stops,
             "pilot_decision": state.decisions,
@@ -263,7 +297,7 @@ class RecordedState:
                 state.alerts.append(record)
                 open_alerts[record.key] = record
             elif kind == "ack":
-                record = open_alerts.pop((event.get("rule", ""), event.get("run")), None)
+                record = open_alerts.pop(alert_key(event), None)
                 if record is not None:
                     record.acknowledged = event
         return state

@@ -116,6 +116,7 @@ class AlertView:
     seq: int | None  # the run log's seq of the alert event
     acknowledged: bool = False
     severity: str = "warning"  # warning | critical
+    key: str = ""  # what acknowledging it names (decisions.acknowledge(..., key=))
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
             for r in snapshot.runs
         ],
         "alerts": [
-            {"rule": a.rule, "run": a.run, "message": a.message, "ts": _time(a.ts), "seq": a.seq, "severity": a.severity}
+            {"rule": a.rule, "run": a.run, "message": a.message, "ts": _time(a.ts), "seq": a.seq, "severity": a.severity, "key": a.key}
             for a in snapshot.alerts
         ],
         "notices": list(snapshot.notices),

@@ -115,8 +115,8 @@ def test_replay_gives_the_recorded_state(tmp_path):
     log.append("note", text="data check took 3 h, not 2", run=None)
     state = log.replay()
     assert state.started["plan_sha256"] == "abc"
-    assert [(a.key, a.acknowledged is not None) for a in state.alerts] == [(("nan-loss", "v-r64"), True), (("lot-window", None), False)]
-    assert [a.key for a in state.active_alerts] == [("lot-window", None)]
+    assert [(a.key, a.acknowledged is not None) for a in state.alerts] == [("nan-loss|v-r64", True), ("lot-window|", False)]
+    assert [a.key for a in state.active_alerts] == ["lot-window|"]
     assert state.stop_of("v-r64")["rule"] == "nan-loss" and state.stop_of("ctrl-r1") is None
     assert state.pilot_decision["decision"] == "drop-optional"
     assert [a["deliverable"] for a in state.accepted] == ["ctrl-r1/predictions"]

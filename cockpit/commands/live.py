@@ -1,0 +1,130 @@
+"""`cockpit status` (one snapshot) and `cockpit watch --headless` (the engine in a loop, no UI)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from datetime import datetime
+
+from cockpit.campaign import load_campaign
+from cockpit.engine import Engine, env_nvml_source
+from cockpit.errors import UsageError
+from cockpit.gpu import GpuSampler
+from cockpit.snapshot import Snapshot, to_json
+
+
+def _local(moment: datetime | None) -> str:
+    return moment.astimezone().strftime("%a %d %b %H:%M %Z") if moment else "–"
+
+
+def _hours(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1f} h"
+
+
+def _value(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def render_text(snapshot: Snapshot) -> str:
+    lot, clock = snapshot.lot, snapshot.clock
+    lines = [
+        f"{lot.campaign_id} · {lot.gpu_model} × {lot.gpus} · {lot.days}-day lot · {lot.price_usd:.2f} USD for the lot"
+        + (f" · order {lot.order_ref}" if lot.order_ref else ""),
+        f"lot ends {_local(lot.end)}",
+        "",
+        f"clock     {clock.message or ''}",
+        f"          elapsed {_hours(clock.elapsed_hours)} · left {_hours(clock.remaining_hours)} · "
+        f"committed {_hours(clock.committed_hours)} of {_hours(clock.window_hours)} "
+        f"(uncommitted {_hours(clock.uncommitted_hours)})",
+        f"          remaining plan {_hours(clock.committed_remaining_hours)} · projected finish with retrieval "
+        f"{_local(clock.projected_finish)}" + ("" if clock.fits is not False else " — PAST THE LOT'S END"),
+        "",
+    ]
+    if not snapshot.nvml.available:
+        lines.append(f"GPUs      {snapshot.nvml.reason or 'NVML unavailable'}")
+    for gpu in snapshot.gpus:
+        label = " (SIMULATED)" if gpu.simulated else ""
+        if gpu.lost:
+            lines.append(f"GPU {gpu.index}     {gpu.name}{label}: LOST")
+            continue
+        memory = (
+            f"{gpu.memory_used_bytes / 2**30:.1f}/{gpu.memory_total_bytes / 2**30:.0f} GiB"
+            if gpu.memory_used_bytes is not None and gpu.memory_total_bytes else "mem –"
+        )
+        lines.append(
+            f"GPU {gpu.index}     {gpu.name}{label}: {_value(gpu.utilization_percent)} % · {memory} · "
+            f"{_value(gpu.temperature_c)} °C · {_value(gpu.power_watts)} W"
+            + (f" · slowed by {', '.join(gpu.throttle_reasons)}" if gpu.throttle_reasons else "")
+        )
+    lines.append("")
+    lines.append(f"{'run':<16}{'role':<9}{'tier':<15}{'state':<10}{'step':>9}  {'loss':>9}  {'quality':>8}  resume")
+    for run in snapshot.runs:
+        step = "–" if run.step is None else (f"{run.step}/{run.total_steps}" if run.total_steps else str(run.step))
+        lines.append(
+            f"{run.id:<16}{run.role:<9}{run.tier:<15}{run.state:<10}{step:>9}  {_value(run.loss):>9}  "
+            f"{_value(run.quality):>8}  {'verified' if run.resume_verified else '–'}"
+            + (f"  stopped: {run.stop_reason}" if run.stop_reason else "")
+        )
+    lines.append("")
+    if snapshot.alerts:
+        lines.append(f"{len(snapshot.alerts)} active alert{'s' if len(snapshot.alerts) != 1 else ''}:")
+        for alert in snapshot.alerts:
+            lines.append(f"  ! [{alert.rule}] {alert.message}")
+    else:
+        lines.append("no active alerts")
+    for notice in snapshot.notices:
+        lines.append(f"note: {notice}")
+    return "\n".join(lines)
+
+
+def status(args) -> int:
+    campaign = load_campaign(args.dir)
+    engine = Engine(campaign, gpus=None)
+    try:
+        snapshot = engine.tick()
+    finally:
+        engine.close()
+    if args.json:
+        json.dump(to_json(snapshot), sys.stdout, ensure_ascii=False, allow_nan=False)
+        sys.stdout.write("\n")
+    else:
+        print(render_text(snapshot))
+    return 1 if snapshot.alerts else 0
+
+
+def watch(args) -> int:
+    if not args.headless:
+        raise UsageError("`watch` runs without a UI and needs --headless; the cockpit's screen is `cockpit DIR`")
+    if args.interval <= 0:
+        raise UsageError(f"--interval must be a positive number of seconds (got {args.interval:g})")
+    campaign = load_campaign(args.dir)
+    sampler = GpuSampler(env_nvml_source(), interval=max(1.0, args.interval)).start()
+    engine = Engine(campaign, gpus=sampler)
+    stopping = threading.Event()
+
+    def stop(signum, _frame) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    print(f"watching {campaign.id} every {args.interval:g} s; alerts and auto-stops go to {engine.log.path}", flush=True)
+    seen: set[int] = set()
+    try:
+        while not stopping.is_set():
+            snapshot = engine.tick()
+            for alert in reversed(snapshot.alerts):
+                if alert.seq is not None and alert.seq not in seen:
+                    seen.add(alert.seq)
+                    print(f"{_local(alert.ts)}  ALERT [{alert.rule}] {alert.message}", flush=True)
+            stopping.wait(args.interval)
+    finally:
+        engine.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("watch stopped", flush=True)
+    return 0

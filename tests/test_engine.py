@@ -1,0 +1,237 @@
+"""The live engine on crafted campaigns: exactly the alerts the rules call for, each logged once,
+auto-stops that signal only the run's own process, the lot clock's window alerts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from cockpit import decisions
+from cockpit.campaign import load_campaign
+from cockpit.engine import Engine
+from cockpit.gpu import FakeGpus, GpuSnapshot
+from cockpit.runlog import RunLog
+from cockpit.snapshot import to_json
+from tests.conftest import run_cli
+
+LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+
+
+class NoGpus:
+    def latest(self) -> GpuSnapshot:
+        return GpuSnapshot(available=False, reason="NVML unavailable: turned off by COCKPIT_NVML=off")
+
+    def close(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self, moment: datetime):
+        self.moment = moment
+
+    def __call__(self) -> datetime:
+        return self.moment
+
+
+def write_stream(directory, run_id, lines):
+    path = directory / "runs" / run_id / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        for line in lines:
+            handle.write((line if isinstance(line, str) else json.dumps(line)) + "\n")
+    return path
+
+
+def seed_streams(directory, t0: float, pid: int | None = None):
+    """ctrl-r1 healthy; v-r16 drops below the F1 floor after the warm-up; v-r64 NaN then an essential truncation."""
+    started = lambda sha: {"ts": t0, "event": "started", "pid": pid or 4_000_000, "config_sha256": sha * 64}
+    write_stream(directory, "ctrl-r1", [started("a")] + [{"ts": t0 + i, "step": i * 10, "loss": 2.0 - i / 1000, "eval/macro_f1": 0.6} for i in range(1, 200)])
+    # the floor rule waits for step 2000: a low F1 at step 1000 is a warm-up, not a trigger
+    write_stream(directory, "v-r16", [started("b"), {"ts": t0 + 1, "step": 1000, "eval/macro_f1": 0.40, "loss": 1.9},
+                                      {"ts": t0 + 2, "step": 2500, "eval/macro_f1": 0.70, "loss": 1.8},
+                                      {"ts": t0 + 3, "step": 3000, "eval/macro_f1": 0.50, "loss": 1.7}])
+    write_stream(directory, "v-r64", [started("c"), {"ts": t0 + 1, "step": 1, "loss": 2.0}, '{"ts": %f, "step": 2, "loss": NaN}' % (t0 + 2),
+                                      {"ts": t0 + 3, "step": 3, "loss": 1.9},
+                                      {"ts": t0 + 4, "event": "truncated", "input": "doc-7", "essential": False},
+                                      {"ts": t0 + 5, "event": "truncated", "input": "doc-991", "essential": True}])
+
+
+def alert_events(directory):
+    return [e for e in RunLog(directory).read().events if e["type"] == "alert"]
+
+
+def make_engine(directory, now, **kwargs):
+    return Engine(load_campaign(directory), clock=Clock(now), gpus=kwargs.pop("gpus", NoGpus()), **kwargs)
+
+
+def test_exactly_the_triggered_alerts_logged_once(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    seed_streams(seed_campaign, (now - timedelta(minutes=5)).timestamp())
+    for _ in range(3):
+        engine = make_engine(seed_campaign, now)  # a fresh engine each time: a restart
+        snapshot = engine.tick()
+        snapshot = engine.tick()
+    keys = sorted((a.rule, a.run) for a in snapshot.alerts)
+    assert keys == [("f1-floor", "v-r16"), ("nan-loss", "v-r64"), ("truncated-input", "v-r64")]
+    logged = alert_events(seed_campaign)
+    assert sorted((e["rule"], e["run"]) for e in logged) == keys
+    nan = next(e for e in logged if e["rule"] == "nan-loss")
+    assert nan["step"] == 2 and "loss is NaN" in nan["message"]
+    floor = next(e for e in logged if e["rule"] == "f1-floor")
+    assert floor["step"] == 3000 and floor["value"] == 0.5
+    assert "doc-991" in next(e for e in logged if e["rule"] == "truncated-input")["message"]
+
+
+def test_status_json_through_the_command_line(seed_campaign):
+    seed_streams(seed_campaign, time.time() - 300)
+    for _ in range(2):
+        result = run_cli("status", str(seed_campaign), "--json")
+        assert result.returncode == 1, result.stderr  # alerts are active
+    body = json.loads(result.stdout)
+    for field in ("elapsed_hours", "remaining_hours", "projected_finish", "nvml", "gpus", "runs", "alerts"):
+        assert field in body
+    assert body["nvml"] == {"available": False, "reason": "NVML unavailable: turned off by COCKPIT_NVML=off", "simulated": False}
+    assert sorted(a["rule"] for a in body["alerts"]) == ["f1-floor", "nan-loss", "truncated-input"]
+    runs = {r["id"]: r for r in body["runs"]}
+    assert runs["v-r64"]["last"]["loss"] == 1.9 and runs["ctrl-r1"]["step"] == 1990
+    assert set(runs["v-r16"]) >= {"id", "state", "step", "last"}
+    assert len(alert_events(seed_campaign)) == 3
+    text = run_cli("status", str(seed_campaign))
+    assert "NVML unavailable" in text.stdout and "3 active alerts" in text.stdout
+
+
+def test_acknowledged_alert_rearms_the_rule_for_new_lines(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=5)).timestamp()
+    seed_streams(seed_campaign, t0)
+    engine = make_engine(seed_campaign, now)
+    engine.tick()
+    campaign = load_campaign(seed_campaign)
+    decisions.acknowledge(campaign, engine.log, "nan-loss", "v-r64", source="key")
+    assert ("nan-loss", "v-r64") not in {(a.rule, a.run) for a in engine.tick().alerts}
+    write_stream(seed_campaign, "v-r64", ['{"ts": %f, "step": 9, "loss": Infinity}' % (t0 + 9)])
+    snapshot = engine.tick()
+    assert ("nan-loss", "v-r64") in {(a.rule, a.run) for a in snapshot.alerts}
+    assert [e["step"] for e in alert_events(seed_campaign) if e["rule"] == "nan-loss"] == [2, 9]
+
+
+def test_lost_state_does_not_log_the_same_line_twice(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    seed_streams(seed_campaign, (now - timedelta(minutes=5)).timestamp())
+    engine = make_engine(seed_campaign, now)
+    engine.tick()
+    for alert in engine.tick().alerts:
+        decisions.acknowledge(load_campaign(seed_campaign), engine.log, alert.rule, alert.run, source="cli", key=alert.key)
+    (seed_campaign / ".cockpit" / "metrics-state.json").unlink()
+    assert make_engine(seed_campaign, now).tick().alerts == ()
+    assert len(alert_events(seed_campaign)) == 3
+
+
+def test_window_alerts_at_the_seed_thresholds(seed_campaign):
+    clock = Clock(LOT_START)
+    engine = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus())
+    seen = []
+    for hour in range(0, 73):
+        clock.moment = LOT_START + timedelta(hours=hour)
+        snapshot = engine.tick()
+        seen += [(hour, a.key) for a in snapshot.alerts if a.rule == "lot-window" and (hour, a.key) not in seen]
+    first = {}
+    for hour, key in seen:
+        first.setdefault(key, hour)
+    assert first["lot-window:6h"] == 66 and first["lot-window:1h"] == 71 and first["lot-window:ended"] == 72
+    assert all(a.run is None for a in snapshot.alerts if a.rule == "lot-window")
+    logged = [e["key"] for e in alert_events(seed_campaign)]
+    assert logged.count("lot-window:6h") == 1 and logged.count("lot-window:1h") == 1
+
+
+def test_auto_stop_signals_only_the_runs_own_process(b200_campaign):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        t0 = time.time()
+        write_stream(b200_campaign, "full-ft", [{"ts": t0, "event": "started", "pid": child.pid, "config_sha256": "d" * 64},
+                                                '{"ts": %f, "step": 5, "loss": NaN}' % (t0 + 1)])
+        engine = Engine(load_campaign(b200_campaign), gpus=NoGpus())
+        snapshot = engine.tick()
+        assert child.wait(10) == -signal.SIGTERM
+        assert bystander.poll() is None
+        stop = RunLog(b200_campaign).replay().stop_of("full-ft")
+        assert stop["source"] == "auto" and stop["rule"] == "nan-loss"
+        assert stop["signal"]["sent"] is True and stop["signal"]["pid"] == child.pid
+        assert snapshot.run("full-ft").state == "stopped"
+        engine.tick()
+        assert len(RunLog(b200_campaign).replay().stops) == 1
+    finally:
+        for process in (child, bystander):
+            process.kill()
+            process.wait()
+
+
+def test_auto_stop_with_a_reused_pid_records_the_stop_but_signals_nothing(b200_campaign):
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        t0 = time.time() - 3600  # the run started an hour before this process existed: the pid was reused
+        write_stream(b200_campaign, "full-ft", [{"ts": t0, "event": "started", "pid": bystander.pid, "config_sha256": "d" * 64},
+                                                '{"ts": %f, "step": 5, "loss": NaN}' % (t0 + 1)])
+        Engine(load_campaign(b200_campaign), gpus=NoGpus()).tick()
+        stop = RunLog(b200_campaign).replay().stop_of("full-ft")
+        assert stop["signal"]["sent"] is False and "reused" in stop["signal"]["detail"]
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_simulated_gpus_are_labelled_and_histories_bounded(seed_campaign):
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1), gpus=_Latest(FakeGpus(2)))
+    for _ in range(200):
+        snapshot = engine.tick()
+    assert snapshot.nvml.simulated and all(g.simulated for g in snapshot.gpus)
+    assert len(snapshot.gpus[0].utilization_history) == 120
+    assert to_json(snapshot)["nvml"]["simulated"] is True
+
+
+class _Latest:
+    def __init__(self, source):
+        self.source = source
+
+    def latest(self):
+        return self.source.sample()
+
+    def close(self):
+        pass
+
+
+def test_config_change_under_one_run_id_alerts(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=5)).timestamp()
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": t0, "event": "started", "pid": 4_000_000, "config_sha256": "a" * 64},
+                                            {"ts": t0 + 9, "event": "started", "pid": 4_000_001, "config_sha256": "e" * 64}])
+    assert ("config-changed", "ctrl-r1") in {(a.rule, a.run) for a in make_engine(seed_campaign, now).tick().alerts}
+
+
+def test_watch_headless_logs_alerts_and_stops_on_sigterm(seed_campaign):
+    seed_streams(seed_campaign, time.time() - 300)
+    env = {**os.environ, "COCKPIT_NVML": "off", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "cockpit", "watch", str(seed_campaign), "--headless", "--interval", "0.2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 30
+    while time.time() < deadline and len(alert_events(seed_campaign)) < 3:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.count("ALERT") == 3 and "watch stopped" in out
+    assert len(alert_events(seed_campaign)) == 3
+
+
+def test_watch_needs_headless(seed_campaign):
+    result = run_cli("watch", str(seed_campaign))
+    assert result.returncode == 2 and "--headless" in result.stderr
