@@ -10,6 +10,7 @@ under the run log's lock, so a TUI and a headless watcher never log it twice), c
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from cockpit.snapshot import (
 )
 
 HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
+SAVE_EVERY_SECONDS = 15.0  # reading positions are saved this often (and at close), not every tick
 SOURCE_AUTO = "auto"
 
 
@@ -92,6 +94,7 @@ class Engine:
         host: HostProcesses | None = None,
         signal_runs: bool = True,
         persist: bool = True,
+        monotonic: Callable[[], float] = time.monotonic,
     ):
         self.campaign = campaign
         self.directory = campaign.directory
@@ -101,6 +104,9 @@ class Engine:
         self.host = host or HostProcesses()
         self.signal_runs = signal_runs
         self.persist = persist
+        self._monotonic = monotonic
+        self._saved_at: float | None = None
+        self._unsaved = False
         self.notices: list[str] = []
         self._gpu_history: dict[int, tuple[deque, deque]] = {}
         self._log_offset = 0
@@ -142,9 +148,22 @@ class Engine:
             return self.campaign
 
     def close(self) -> None:
+        """Save where reading stopped and release the GPU source."""
+        self._save(force=True)
         closer = getattr(self.gpus, "close", None)
         if closer:
             closer()
+
+    def _save(self, force: bool = False) -> None:
+        """Persist reading positions and rule state: after a trigger at once, otherwise now and then
+        (a lost position only means re-reading; the run log keeps alerts from repeating)."""
+        if not self.persist or not (self._unsaved or force):
+            return
+        now = self._monotonic()
+        if not force and self._saved_at is not None and now - self._saved_at < SAVE_EVERY_SECONDS:
+            return
+        save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+        self._saved_at, self._unsaved = now, False
 
     # ------------------------------------------------------------ the run log
 
@@ -227,8 +246,8 @@ class Engine:
                 self._auto_stop(trigger)
                 recorded = self._follow_log()
 
-        if self.persist and (changed or triggers):
-            save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+        self._unsaved = self._unsaved or changed or bool(triggers)
+        self._save(force=bool(triggers))
         return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids)
 
     def _auto_stop(self, trigger: Trigger) -> None:

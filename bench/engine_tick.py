@@ -1,0 +1,139 @@
+"""Engine tick benchmark: CPU of one `Engine.tick()` with 8 simulated GPUs and 50 live runs
+(issue #4 item 7, issue #9 item 1b; target ≤ 10 ms of CPU a tick).
+
+    .venv/bin/python bench/engine_tick.py [--ticks 300] [--runs 50] [--gpus 8]
+
+Each run appends 5 metric lines between ticks (a busy campaign at 1 Hz); the figure is the
+process CPU time (user + system) of the ticks alone, median and 95th percentile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cockpit.campaign import load_campaign  # noqa: E402
+from cockpit.engine import Engine  # noqa: E402
+from cockpit.gpu import FakeGpus  # noqa: E402
+
+
+def campaign_text(runs: int, gpus: int, start: datetime) -> str:
+    head = f"""schema = 1
+id = "bench"
+[closing]
+metric = "eval/acc"
+direction = "max"
+threshold = 0.8
+[lot]
+gpu_model = "bench GPU"
+gpus = {gpus}
+days = 30
+price_usd = "999.00"
+start = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}
+[calendar]
+retrieval_hours = 2
+[[stop_rule]]
+id = "nan"
+kind = "non_finite"
+metric = "loss"
+[[stop_rule]]
+id = "floor"
+kind = "below"
+metric = "eval/acc"
+threshold = 0.01
+after_step = 10
+[[stop_rule]]
+id = "blowup"
+kind = "above"
+metric = "loss"
+threshold = 1000
+[[stop_rule]]
+id = "trunc"
+kind = "truncated"
+[[stop_rule]]
+id = "resume"
+kind = "no_resume"
+within_hours = 200
+[[stop_rule]]
+id = "stalled"
+kind = "stalled"
+minutes = 30
+"""
+    body = "".join(
+        f'\n[[run]]\nid = "r{i}"\nrole = "{"control" if i == 0 else "variant"}"\nhours = 10\ngpus = [{i % gpus}]\ntotal_steps = 1000000\n'
+        for i in range(runs)
+    )
+    return head + body
+
+
+class Latest:
+    def __init__(self, source):
+        self.source = source
+
+    def latest(self):
+        return self.source.sample()
+
+    def close(self):
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="cockpit-bench-"))
+    try:
+        now = datetime.now(timezone.utc)
+        (folder / "campaign.toml").write_text(campaign_text(args.runs, args.gpus, now - timedelta(hours=1)))
+        streams = []
+        for i in range(args.runs):
+            path = folder / "runs" / f"r{i}" / "metrics.jsonl"
+            path.parent.mkdir(parents=True)
+            handle = open(path, "a")
+            handle.write(json.dumps({"ts": now.timestamp(), "event": "started", "pid": 3_999_000 + i, "config_sha256": "ab" * 32}) + "\n")
+            streams.append(handle)
+        engine = Engine(load_campaign(folder), gpus=Latest(FakeGpus(args.gpus)))
+        step = 0
+        costs = []
+        for tick in range(args.ticks):
+            for handle in streams:
+                for _ in range(5):
+                    step += 1
+                    handle.write(json.dumps({"ts": time.time(), "step": step, "loss": 1.0 / (1 + step), "eval/acc": 0.5}) + "\n")
+                handle.flush()
+            before = time.process_time()
+            engine.tick()
+            costs.append((time.process_time() - before) * 1000)
+        for handle in streams:
+            handle.close()
+        costs = costs[5:]  # the first ticks load the state and compile rules
+        result = {
+            "ticks": len(costs),
+            "median_ms": round(statistics.median(costs), 2),
+            "p95_ms": round(sorted(costs)[int(len(costs) * 0.95) - 1], 2),
+            "target_ms": 10.0,
+        }
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"engine tick, {args.gpus} simulated GPUs, {args.runs} runs, 5 new lines a run a tick: "
+                  f"median {result['median_ms']} ms CPU, p95 {result['p95_ms']} ms (target ≤ 10 ms)")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
