@@ -30,13 +30,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"cockpit: {message}\n")
 
 
-def _positive_hours(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"hours must be a number (got {text!r})") from None
-    if not (value == value and abs(value) != float("inf")):
-        raise argparse.ArgumentTypeError(f"hours must be a finite number (got {text!r})")
+        raise argparse.ArgumentTypeError(f"must be a number (got {text!r})") from None
+    if value != value or abs(value) == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number (got {text!r})")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative (got {text!r})")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0 (got {text!r})")
     return value
 
 
@@ -65,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("plan", "cockpit.commands.plan:run", "calendar, window fit, lot options and reduced protocols")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--extra-hours", type=_positive_hours, default=0.0, metavar="H", help="add H hours to the committed time")
+    p.add_argument("--extra-hours", type=_non_negative, default=0.0, metavar="H", help="add H hours to the committed time")
 
     p = command("status", "cockpit.commands.live:status", "one snapshot: clock, GPUs, runs, active alerts (exit 1 when alerts are active)")
     p.add_argument("dir", metavar="DIR")
@@ -74,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("watch", "cockpit.commands.live:watch", "evaluate stop rules and record alerts and auto-stops without a UI")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--headless", action="store_true", help="run without a UI (required)")
-    p.add_argument("--interval", type=_positive_hours, default=1.0, metavar="SECONDS", help="seconds between ticks (default 1)")
+    p.add_argument("--interval", type=_positive, default=1.0, metavar="SECONDS", help="seconds between ticks (default 1)")
 
     p = command("stop", "cockpit.commands.register:stop", "record a stop decision for a run")
     p.add_argument("dir", metavar="DIR")
@@ -106,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("verify-resume", "cockpit.commands.verify_resume:run", "check a checkpoint is a resume point and reload it in a new process")
     p.add_argument("path", metavar="PATH")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--mtbf-hours", type=_positive, default=24.0, metavar="H", help="assumed mean time between failures for the save-interval advice (default 24)")
+    p.add_argument("--record", nargs=2, metavar=("DIR", "RUN"), help="when it is a resume point that reloads, append resume_verified to RUN's metrics stream in campaign DIR")
+    p.add_argument("--campaign", metavar="DIR", help="take the lot end and retrieval hours for the advice from DIR (implied by --record)")
+    p.add_argument("--python", metavar="PATH", help="reload with this interpreter (the training environment's, where torch is); default: the cockpit's own")
+    p.add_argument("--timeout", type=_positive, default=600.0, metavar="SECONDS", help="stop the reload after SECONDS (default 600)")
 
     p = command("close", "cockpit.commands.close:run", "closing report; writes DIR/closing/")
     p.add_argument("dir", metavar="DIR")
