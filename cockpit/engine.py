@@ -25,6 +25,7 @@ from cockpit.clock import ItemProgress, lot_clock
 from cockpit.gpu import GpuSnapshot, NvmlSource
 from cockpit.metrics import STATE_FILE, MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime
 from cockpit.procs import HostProcesses
+from cockpit.resume import save_advice
 from cockpit.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.runlog import (
     RecordedState,
@@ -345,6 +346,13 @@ class Engine:
             if state == "running" and run.total_steps and track.last_step is not None and rate and rate > 0:
                 base = seconds_to_datetime(track.last_ts) or now
                 eta = base + timedelta(hours=max(0, run.total_steps - track.last_step) / rate)
+            advice = None
+            save_seconds = (track.checkpoint or {}).get("seconds")
+            if state == "running" and isinstance(save_seconds, (int, float)) and save_seconds > 0:
+                advice = save_advice(
+                    float(save_seconds), source="checkpoint events", lot_end=lot.end,
+                    retrieval_hours=self.plan.model.calendar.retrieval_hours, now=now,
+                ).to_json()
             if track.bad_lines:
                 notices.append(f"run {run.id}: {track.bad_lines} metric line{'s' if track.bad_lines != 1 else ''} could not be read and were skipped")
             runs.append(
@@ -366,6 +374,7 @@ class Engine:
                     alive=alive.get(run.id),
                     bad_lines=track.bad_lines,
                     stop_reason=(stop.get("rule") or stop.get("reason")) if stop else None,
+                    save_advice=advice,
                 )
             )
         if self._bad_log_lines:

@@ -105,6 +105,7 @@ class RunView:
     alive: bool | None
     bad_lines: int = 0
     stop_reason: str | None = None
+    save_advice: dict[str, Any] | None = None  # for a running run that reported a save time (resume.save_advice)
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,7 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "alive": r.alive,
                 "bad_lines": r.bad_lines,
                 "stop_reason": r.stop_reason,
+                "save_advice": r.save_advice,
             }
             for r in snapshot.runs
         ],

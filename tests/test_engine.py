@@ -235,3 +235,20 @@ def test_watch_headless_logs_alerts_and_stops_on_sigterm(seed_campaign):
 def test_watch_needs_headless(seed_campaign):
     result = run_cli("watch", str(seed_campaign))
     assert result.returncode == 2 and "--headless" in result.stderr
+
+
+def test_status_gives_save_advice_for_a_running_run(seed_campaign):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        t0 = time.time()
+        write_stream(seed_campaign, "ctrl-r1", [{"ts": t0, "event": "started", "pid": child.pid, "config_sha256": "a" * 64},
+                                                {"ts": t0 + 1, "step": 10, "loss": 2.0},
+                                                {"ts": t0 + 2, "event": "checkpoint", "path": "runs/ctrl-r1/checkpoints/s10.pt", "seconds": 300, "bytes": 1024}])
+        snapshot = Engine(load_campaign(seed_campaign), gpus=NoGpus()).tick()
+        run = snapshot.run("ctrl-r1")
+        assert run.state == "running" and run.alive is True
+        assert round(run.save_advice["interval_minutes"]) == 117  # Daly: δ = 5 min, M = 24 h
+        assert run.save_advice["latest_final_save"] == "2026-12-03T06:55:00.000Z"  # lot end − 1 h retrieval − 5 min save
+    finally:
+        child.kill()
+        child.wait()

@@ -12,6 +12,7 @@ from cockpit.campaign import load_campaign
 from cockpit.engine import Engine, env_nvml_source
 from cockpit.errors import UsageError
 from cockpit.gpu import GpuSampler
+from cockpit.runlog import parse_ts
 from cockpit.snapshot import Snapshot, to_json
 
 
@@ -71,6 +72,14 @@ def render_text(snapshot: Snapshot) -> str:
             f"{_value(run.quality):>8}  {'verified' if run.resume_verified else '–'}"
             + (f"  stopped: {run.stop_reason}" if run.stop_reason else "")
         )
+    for run in snapshot.runs:
+        advice = run.save_advice
+        if advice:
+            lines.append(
+                f"  {run.id}: a save takes {advice['save_seconds']:.0f} s — save every {advice['interval_minutes']:.0f} min "
+                f"(Daly, MTBF {advice['mtbf_hours']:g} h, overhead {advice['overhead_fraction'] * 100:.1f} %)"
+                + (f"; last final save by {_local(parse_ts(advice['latest_final_save']))}" if advice.get("latest_final_save") else "")
+            )
     lines.append("")
     if snapshot.alerts:
         lines.append(f"{len(snapshot.alerts)} active alert{'s' if len(snapshot.alerts) != 1 else ''}:")
