@@ -13,7 +13,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from cockpit import decisions
 from cockpit.calendar import schedule
 from cockpit.campaign import Campaign, CampaignError, read_campaign_text
 from cockpit.clock import ItemProgress, lot_clock
-from cockpit.gpu import GpuSnapshot, NvmlSource
+from cockpit.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
 from cockpit.metrics import STATE_FILE, MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime
 from cockpit.procs import HostProcesses
 from cockpit.resume import save_advice
@@ -501,3 +501,31 @@ def terminate_run_of(
 def env_nvml_source() -> Any:
     """NVML as the environment allows (COCKPIT_NVML=off behaves as if no driver were present)."""
     return NvmlSource(environ=os.environ)
+
+
+class SimulatedGpus:
+    """The demo's stand-in where NVML is unavailable: simulated figures, labelled as such, and the
+    real reason NVML is unavailable kept beside them — never passed off as measurements."""
+
+    def __init__(self, count: int, name: str, reason: str | None):
+        self._fake = FakeGpus(count, name=f"{name} (simulated)")
+        self._reason = reason or "NVML unavailable"
+
+    def sample(self) -> GpuSnapshot:
+        snapshot = self._fake.sample()
+        return replace(snapshot, available=False, simulated=True,
+                       reason=f"{self._reason} — the demo shows SIMULATED GPUs, not measurements")
+
+    def close(self) -> None:
+        self._fake.close()
+
+
+def live_gpus(interval: float = 1.0, *, simulate: int | None = None, name: str = "GPU") -> GpuSampler:
+    """A started background sampler over NVML; with `simulate`, simulated GPUs where NVML is unavailable."""
+    source: Any = env_nvml_source()
+    if simulate:
+        probe = source.sample()
+        if not probe.available:
+            source.close()
+            source = SimulatedGpus(simulate, name, probe.reason)
+    return GpuSampler(source, interval=interval).start()

@@ -32,6 +32,14 @@ def _value(value) -> str:
     return str(value)
 
 
+def _span(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def render_text(snapshot: Snapshot) -> str:
     lot, clock = snapshot.lot, snapshot.clock
     lines = [
@@ -76,7 +84,7 @@ def render_text(snapshot: Snapshot) -> str:
         advice = run.save_advice
         if advice:
             lines.append(
-                f"  {run.id}: a save takes {advice['save_seconds']:.0f} s — save every {advice['interval_minutes']:.0f} min "
+                f"  {run.id}: a save takes {_span(advice['save_seconds'])} — save every {_span(advice['interval_minutes'] * 60)} "
                 f"(Daly, MTBF {advice['mtbf_hours']:g} h, overhead {advice['overhead_fraction'] * 100:.1f} %)"
                 + (f"; last final save by {_local(parse_ts(advice['latest_final_save']))}" if advice.get("latest_final_save") else "")
             )

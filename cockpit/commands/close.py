@@ -1,0 +1,97 @@
+"""`cockpit close DIR [--json]`: verify the deliverables, write `DIR/closing/`, record `closed`.
+
+Exit 0 when every deliverable is accepted, 1 otherwise; the closing folder is written either way.
+`--json` prints exactly what `closing/summary.json` holds.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from typing import Any
+
+from cockpit.closing import Closing, close_campaign, summary_json
+
+WIDTH = 80
+
+
+def run(args) -> int:
+    closing = close_campaign(args.dir)
+    if args.json:
+        sys.stdout.write(summary_json(closing.summary))
+    else:
+        show(closing)
+    if not closing.all_accepted:
+        rejected = len(closing.summary["rejections"])
+        print(
+            f"cockpit: {rejected} of {closing.summary['deliverables_total']} deliverables rejected; "
+            f"the causes are in {closing.folder / 'report.md'}",
+            file=sys.stderr,
+        )
+    return closing.exit_code
+
+
+def _wrap(text: str, indent: int) -> str:
+    return textwrap.fill(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent)
+
+
+def show(closing: Closing) -> None:
+    s: dict[str, Any] = closing.summary
+    out = print
+    out(f"closing {s['campaign']} — written to {closing.folder}/")
+    out(_wrap("report.md, summary.json, manifest.json, plan.toml, runlog.jsonl, RELOAD.md", 2))
+    event = closing.closed_event or {}
+    if closing.recorded:
+        out(f"  recorded: closed — seq {event.get('seq')} in runlog.jsonl")
+    else:
+        out(f"  already closed with the same content (seq {event.get('seq')}, {event.get('ts')}); files regenerated")
+    out(_wrap(s["timing"], 2))
+    for warning in s["warnings"]:
+        out(_wrap(f"note: {warning}", 2))
+
+    out("")
+    out(f"deliverables: {s['accepted']} of {s['deliverables_total']} accepted")
+    for item in s["deliverables"]:
+        out(f"  {item['verdict']:<9} {item['id']}")
+        if item["cause"]:
+            out(_wrap(item["cause"], 12))
+    if not s["deliverables"]:
+        out("  the campaign declares no deliverable")
+
+    out("")
+    out("budget")
+    out(f"  lot price                      {s['lot_price_usd']:>10} USD")
+    for expense in s["other_expenses"]:
+        out(f"  other expense, kept apart      {expense['usd']:>10} USD  {expense['label']}")
+    if s["cost_per_accepted_usd"] is not None:
+        out(f"  lot price per accepted         {s['cost_per_accepted_usd']:>10} USD  ({s['lot_price_usd']} / {s['accepted']})")
+    else:
+        out(f"  lot price per accepted         undefined: 0 deliverables accepted; the lot cost {s['lot_price_usd']} USD")
+
+    out("")
+    out("conclusion")
+    out(_wrap(s["conclusion"]["text"], 2))
+
+    out("")
+    out("planned vs actual (hours)                planned  measured  deviation")
+    for row in s["planned_vs_actual"]:
+        planned = f"{row['planned_hours']:g}" if row["planned_hours"] is not None else "—"
+        measured = f"{row['measured_hours']:g}" if row["measured_hours"] is not None else "not measured"
+        deviation = f"{row['deviation_hours']:+g}" if row["deviation_hours"] is not None else ""
+        label = f"{row['id']} ({row['type']})"
+        out(f"  {label[:38]:<38} {planned:>7}  {measured:>8}  {deviation:>9}".rstrip())
+
+    if s["decisions"] or s["stops"] or s["notes"]:
+        out("")
+    for decision in s["decisions"]:
+        out(_wrap(f"pilot decision: {decision['decision']}" + (f" — {decision['note']}" if decision.get("note") else ""), 0))
+    for stop in s["stops"]:
+        why = ", ".join(p for p in (f"rule {stop['rule']}" if stop.get("rule") else None, stop.get("reason")) if p)
+        out(_wrap(f"stop: {stop['run']} — {why or 'no reason recorded'} ({stop.get('source')})", 0))
+    for note in s["notes"]:
+        out(_wrap(f"note{' [' + note['run'] + ']' if note.get('run') else ''}: {note['text']}", 0))
+    out("")
+    out(f"the whole story on one page: {closing.folder / 'report.md'}")
+
+
+__all__ = ["run", "show"]

@@ -1,0 +1,79 @@
+"""`cockpit demo [DIR]`: a live campaign to watch on any machine — the demo campaign copied into
+DIR with its lot starting now, three real toy training runs started in the background, and the
+cockpit opened on it. On quit it asks whether to stop the runs."""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from cockpit.errors import Finding, UsageError
+from cockpit.runlog import utc_now
+
+
+def _target(args) -> Path:
+    if args.dir:
+        return Path(args.dir)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path.cwd() / f"cockpit-demo-{stamp}"
+
+
+def _ask_to_stop(count: int) -> bool:
+    """Stop the runs? Yes unless a person at a terminal says no."""
+    if not sys.stdin.isatty():
+        return True
+    try:
+        answer = input(f"Stop the {count} demo run{'s' if count != 1 else ''} still going? [Y/n] ").strip().lower()
+    except EOFError:
+        return True
+    return answer not in ("n", "no")
+
+
+def run(args) -> int:
+    from cockpit.campaign import load_campaign
+    from cockpit.demo_trainer import launch_runs, prepare_demo, stop_runs
+
+    target = _target(args)
+    try:
+        directory = prepare_demo(target, utc_now())
+    except FileExistsError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise Finding(f"cannot make the demo campaign in {target}: {error.strerror}") from None
+    campaign = load_campaign(directory)
+    if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(
+            "the cockpit needs a terminal; for the demo without one use `cockpit demo --no-tui`, "
+            f"then `cockpit status {directory}`"
+        )
+    processes = launch_runs(directory)
+    print(f"demo campaign in {directory}: {len(processes)} toy runs started (pids {', '.join(str(p.pid) for p in processes)})")
+    if args.no_tui:
+        print(f"watch it with `cockpit {directory}` or `cockpit status {directory}`; the runs end by themselves")
+        return 0
+
+    from cockpit.engine import Engine, live_gpus, terminate_run_of
+    from cockpit.tui.app import CockpitApp
+    from cockpit.tui.themes import discover_themes
+
+    themes = discover_themes()
+    if args.theme is not None and args.theme not in themes.themes and themes.problem(args.theme) is None:
+        stop_runs(processes)
+        raise UsageError(f"no theme '{args.theme}' (themes: {', '.join(themes.names)})")
+    engine = Engine(campaign, gpus=live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model))
+    try:
+        app = CockpitApp(
+            campaign, engine, engine.log, theme=args.theme, bell=True,
+            signal_run=lambda run_id: terminate_run_of(campaign, run_id), themes=themes,
+        )
+        app.run()
+    finally:
+        engine.close()
+        alive = [p for p in processes if p.poll() is None]
+        if alive and _ask_to_stop(len(alive)):
+            stop_runs(alive)
+            print(f"stopped {len(alive)} demo run{'s' if len(alive) != 1 else ''}")
+        elif alive:
+            print(f"{len(alive)} demo runs go on; `cockpit {directory}` to watch them again")
+    return app.return_code or 0

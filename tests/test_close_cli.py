@@ -1,0 +1,117 @@
+"""`cockpit close DIR [--json]` run as a user types it: SPEC §3's JSON fields, exit codes, and the
+closing folder. COCKPIT_TEMP_ROOTS names a fake temporary folder, so these tests do not depend on
+where pytest's tmp_path lives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import SAMPLES, run_cli
+from tests.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
+
+
+def close(directory: Path, *extra: str, temp: Path) -> subprocess.CompletedProcess:
+    return run_cli("close", str(directory), *extra, env={"COCKPIT_TEMP_ROOTS": str(temp)})
+
+
+def test_close_json_carries_the_spec_fields(tmp_path):
+    temp = tmp_path / "volatile"
+    camp = make_campaign(
+        tmp_path,
+        deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1", expect_ids="data/test_ids.txt"),
+        deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"),
+        deliverable("scratch/predictions", "out/scratch.jsonl"),
+    )
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    (camp / "out" / "scratch.jsonl").symlink_to(write(temp, "scratch.jsonl", predictions(IDS, "mixed")))
+    metrics(camp, "ctrl-r1", 2, 13, 0.78)
+    metrics(camp, "v-r16", 13, 24, 0.79)
+    assert run_cli("stop", str(camp), "v-r16", "--reason", "plateau, frees the GPU").returncode == 0
+
+    # the stop keeps v-r16's predictions out; the link into the fake temporary folder is rejected
+    result = close(camp, "--json", temp=temp)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    out = json.loads(result.stdout)
+    assert out == json.loads((camp / "closing" / "summary.json").read_text())
+    assert out["lot_price_usd"] == "47.14"
+    assert out["other_expenses_usd"] == "3.10"
+    assert out["accepted"] == 1 and out["cost_per_accepted_usd"] == "47.14"
+    assert [r["deliverable"] for r in out["rejections"]] == ["v/predictions", "scratch/predictions"]
+    assert "was stopped (reason: plateau, frees the GPU)" in out["rejections"][0]["cause"]
+    assert "is in a temporary folder" in out["rejections"][1]["cause"]
+    assert {k: out["stops"][0][k] for k in ("run", "rule", "reason")} == {
+        "run": "v-r16", "rule": None, "reason": "plateau, frees the GPU"
+    }
+    rows = {row["id"]: row for row in out["planned_vs_actual"]}
+    assert rows["ctrl-r1"]["planned_hours"] == 10.0 and rows["ctrl-r1"]["measured_hours"] == 11.0
+    assert rows["ctrl-r1"]["deviation_hours"] == 1.0
+    assert rows["setup"]["state"] == "not measured"
+    assert out["conclusion"]["text"].startswith("no variant reached 0.80")
+    assert isinstance(out["closed_before_lot_end"], bool) and out["lot"]["start"] == "2026-11-30T08:00:00.000Z"
+
+    log = json.loads(run_cli("log", str(camp), "--json").stdout)
+    closed = [e for e in log["events"] if e["type"] == "closed"]
+    assert len(closed) == 1 and closed[0]["accepted"] == 1 and closed[0]["cost_per_accepted_usd"] == "47.14"
+
+
+def test_close_exits_0_when_every_deliverable_is_accepted(tmp_path):
+    temp = tmp_path / "volatile"
+    camp = make_campaign(
+        tmp_path,
+        deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1", expect_ids="data/test_ids.txt"),
+        deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt",
+                    reload=f"{sys.executable} -c \"import json; [json.loads(l) for l in open('out/v.jsonl')]\""),
+    )
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    result = close(camp, temp=temp)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "deliverables: 2 of 2 accepted" in result.stdout
+    assert "23.57 USD  (47.14 / 2)" in result.stdout
+    assert result.stderr == ""
+    assert sorted(p.name for p in (camp / "closing").iterdir()) == [
+        "RELOAD.md", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"
+    ]
+
+
+def test_close_with_nothing_accepted_shows_the_cost_and_the_causes(seed_campaign, tmp_path):
+    result = close(seed_campaign, temp=tmp_path / "volatile")
+    assert result.returncode == 1
+    assert "undefined: 0 deliverables accepted; the lot cost 47.14 USD" in result.stdout
+    assert "missing: out/ctrl-r1/predictions.jsonl does not exist" in result.stdout
+    assert "3.10 USD  object storage" in result.stdout
+    assert "no variant reached 0.80" in result.stdout
+    assert "4 of 4 deliverables rejected" in result.stderr
+    report = (seed_campaign / "closing" / "report.md").read_text()
+    assert "undefined: 0 deliverables accepted; the lot cost 47.14 USD" in report
+    assert "no plan was frozen" in report
+
+
+def test_close_on_every_sample_campaign_writes_a_readable_folder(tmp_path):
+    for sample in sorted(p for p in SAMPLES.iterdir() if (p / "campaign.toml").is_file()):
+        target = tmp_path / sample.name
+        shutil.copytree(sample, target)
+        result = close(target, "--json", temp=tmp_path / "volatile")
+        assert result.returncode in (0, 1), result.stderr
+        assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["campaign"] and summary["lot_price_usd"]
+        assert (target / "closing" / "report.md").read_text().startswith("# Closing report — ")
+
+
+def test_close_refuses_a_bad_folder_without_a_traceback(tmp_path):
+    missing = run_cli("close", str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "no such folder" in missing.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "campaign.toml").write_text("schema = 1\nid = 'x'\n")
+    invalid = run_cli("close", str(bad), "--json")
+    assert invalid.returncode == 1 and "[lot]" in invalid.stderr
+    assert "Traceback" not in invalid.stderr and invalid.stdout == ""
+    assert not (bad / "closing").exists()
