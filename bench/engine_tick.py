@@ -76,17 +76,6 @@ minutes = 30
     return head + body
 
 
-class Latest:
-    def __init__(self, source):
-        self.source = source
-
-    def latest(self):
-        return self.source.sample()
-
-    def close(self):
-        pass
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=300)
@@ -105,7 +94,7 @@ def main() -> None:
             handle = open(path, "a")
             handle.write(json.dumps({"ts": now.timestamp(), "event": "started", "pid": 3_999_000 + i, "config_sha256": "ab" * 32}) + "\n")
             streams.append(handle)
-        engine = Engine(load_campaign(folder), gpus=Latest(FakeGpus(args.gpus)))
+        engine = Engine(load_campaign(folder), gpus=FakeGpus(args.gpus))
         step = 0
         costs = []
         for tick in range(args.ticks):

@@ -54,22 +54,6 @@ SAVE_EVERY_SECONDS = 15.0  # reading positions are saved this often (and at clos
 SOURCE_AUTO = "auto"
 
 
-class _OneShotGpus:
-    """A GPU source for a single snapshot (`status`): sample once, synchronously."""
-
-    def __init__(self, source: Any):
-        self._source = source
-        self._snapshot: GpuSnapshot | None = None
-
-    def latest(self) -> GpuSnapshot:
-        if self._snapshot is None:
-            self._snapshot = self._source.sample()
-        return self._snapshot
-
-    def close(self) -> None:
-        self._source.close()
-
-
 def _run_start(track: RunTrack) -> float | None:
     started = track.started or {}
     ts = started.get("ts")
@@ -101,7 +85,10 @@ class Engine:
         self.directory = campaign.directory
         self.clock = clock
         self.log = RunLog(self.directory, clock=clock)
-        self.gpus = gpus if gpus is not None else _OneShotGpus(env_nvml_source())
+        # A started GpuSampler offers `latest()` (never blocks); a bare source is sampled in the tick
+        # itself, which suits a one-shot `status` and tests.
+        self.gpus = gpus if gpus is not None else env_nvml_source()
+        self._read_gpus = getattr(self.gpus, "latest", None) or self.gpus.sample
         self.host = host or HostProcesses()
         self.signal_runs = signal_runs
         self.persist = persist
@@ -206,7 +193,7 @@ class Engine:
     def tick(self) -> Snapshot:
         now = self.clock()
         recorded = self._follow_log()
-        gpu_snapshot: GpuSnapshot = self.gpus.latest()
+        gpu_snapshot: GpuSnapshot = self._read_gpus()
         triggers: list[Trigger] = []
         changed = False
         for run_id, stream in self.streams.items():

@@ -190,23 +190,12 @@ def test_auto_stop_with_a_reused_pid_records_the_stop_but_signals_nothing(b200_c
 
 
 def test_simulated_gpus_are_labelled_and_histories_bounded(seed_campaign):
-    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1), gpus=_Latest(FakeGpus(2)))
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1), gpus=FakeGpus(2))
     for _ in range(200):
         snapshot = engine.tick()
     assert snapshot.nvml.simulated and all(g.simulated for g in snapshot.gpus)
     assert len(snapshot.gpus[0].utilization_history) == 120
     assert to_json(snapshot)["nvml"]["simulated"] is True
-
-
-class _Latest:
-    def __init__(self, source):
-        self.source = source
-
-    def latest(self):
-        return self.source.sample()
-
-    def close(self):
-        pass
 
 
 def test_config_change_under_one_run_id_alerts(seed_campaign):

@@ -102,7 +102,7 @@ def render_text(snapshot: Snapshot) -> str:
 
 def status(args) -> int:
     campaign = load_campaign(args.dir)
-    engine = Engine(campaign, gpus=None)
+    engine = Engine(campaign)  # NVML sampled once, in the tick
     try:
         snapshot = engine.tick()
     finally:
