@@ -29,6 +29,14 @@ from cockpit import catalog
 CAMPAIGN_FILE = "campaign.toml"
 SCHEMA = 1
 CENT = Decimal("0.01")
+MONEY_DIGITS = 12  # whole-dollar digits at most: a lot price of a trillion USD is a typo
+MAX_HOURS = 24 * 3660.0  # ten years: longer than any lot; keeps date arithmetic finite
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value as an error message quotes it: never the whole of a 10 MB string."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
 
 
 # ---------------------------------------------------------------- errors
@@ -71,13 +79,15 @@ def _money(value: Any) -> Decimal:
         try:
             amount = Decimal(str(value).strip())
         except InvalidOperation:
-            raise ValueError(f"must be an amount in USD such as \"47.14\" (got {value!r})") from None
+            raise ValueError(f"must be an amount in USD such as \"47.14\" (got {_shown(value)})") from None
     elif isinstance(value, Decimal):
         amount = value
     else:
-        raise ValueError(f"must be an amount in USD such as \"47.14\" (got {value!r})")
+        raise ValueError(f"must be an amount in USD such as \"47.14\" (got {_shown(value)})")
     if not amount.is_finite():
-        raise ValueError(f"must be a finite amount in USD (got {value!r})")
+        raise ValueError(f"must be a finite amount in USD (got {_shown(value)})")
+    if amount.adjusted() >= MONEY_DIGITS:
+        raise ValueError(f"is not a plausible amount in USD (got {_shown(value)}); write the price with cents, e.g. \"47.14\"")
     if amount < 0:
         raise ValueError(f"must not be negative (got {value!r})")
     if amount != amount.quantize(CENT):
@@ -132,7 +142,7 @@ class DeliverableKind(str, Enum):
     other = "other"
 
 
-PositiveHours = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PositiveHours = Annotated[float, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)]
 Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/\-]*$")]
 
 
@@ -165,6 +175,8 @@ class Lot(_Model):
                 f"needs a time zone (got {value.isoformat()}); write it in UTC with a Z, "
                 f"e.g. {value.isoformat()}Z"
             )
+        if isinstance(value, datetime) and not 1971 <= value.year <= 9000:
+            raise ValueError(f"is not a plausible lot start (got {value.isoformat()}); write it like 2026-11-30T08:00:00Z")
         if not isinstance(value, (datetime, type(None))):
             raise ValueError(
                 f"must be a TOML date-time with a zone, e.g. 2026-11-30T08:00:00Z (got {value!r})"
@@ -196,8 +208,8 @@ class Lot(_Model):
 
 
 class CalendarSettings(_Model):
-    retrieval_hours: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    warn_before_end_hours: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+    retrieval_hours: float = Field(default=0.0, ge=0, le=MAX_HOURS, allow_inf_nan=False)
+    warn_before_end_hours: list[Annotated[float, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)]] = Field(
         default_factory=lambda: [6.0, 1.0]
     )
 
@@ -288,8 +300,8 @@ class StopRule(_Model):
     metric: str | None = Field(default=None, min_length=1)
     threshold: float | None = Field(default=None, allow_inf_nan=False)
     after_step: int | None = Field(default=None, ge=0)
-    within_hours: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    minutes: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    within_hours: float | None = Field(default=None, gt=0, le=MAX_HOURS, allow_inf_nan=False)
+    minutes: float | None = Field(default=None, gt=0, le=MAX_HOURS * 60, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> "StopRule":
@@ -491,7 +503,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
     kind = error["type"]
     ctx = error.get("ctx") or {}
     given = error.get("input")
-    got = f" (got {given!r})" if not isinstance(given, (dict, list)) else ""
+    got = f" (got {_shown(given)})" if not isinstance(given, (dict, list)) else ""
     if kind == "missing":
         message = "is missing; add it"
     elif kind == "extra_forbidden":
@@ -649,6 +661,8 @@ def read_campaign_text(text: str, directory: Path, file_label: str = CAMPAIGN_FI
     """Parse and validate campaign TOML text; raise CampaignError naming every problem."""
     try:
         raw = tomllib.loads(text)
+    except RecursionError:
+        raise CampaignError([Finding(file_label, "", "not valid for a campaign: arrays or tables nested too deep to read")]) from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         match = re.search(r"\(at line (\d+), column (\d+)\)", message)
@@ -669,6 +683,8 @@ def read_campaign_text(text: str, directory: Path, file_label: str = CAMPAIGN_FI
 
     try:
         model = CampaignModel.model_validate(raw)
+    except RecursionError:
+        raise CampaignError([Finding(file_label, "", "not valid for a campaign: values nested too deep to read")]) from None
     except ValidationError as error:
         for problem in error.errors(include_url=False):
             table, index, key, message = _describe(problem, raw)

@@ -30,6 +30,7 @@ from cockpit.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.runlog import (
     RecordedState,
     RunLog,
+    RunLogError,
     alert_key,
     ensure_started,
     frozen_plan_text,
@@ -64,7 +65,7 @@ def _run_start(track: RunTrack) -> float | None:
 class _Pending:
     key: str
     fields: dict[str, Any]
-    line: int | None = None
+    line: int | None = None  # the metrics line that triggered it, with the stream's inode in fields
 
 
 class Engine:
@@ -102,10 +103,11 @@ class Engine:
         self._recorded = RecordedState()
         self._acks_applied = 0
         self._bad_log_lines = 0
-        self._started = False
 
-        ensure_started(campaign, self.log)
-        self._started = True
+        try:
+            ensure_started(campaign, self.log)
+        except RunLogError as error:  # a full disk: watch anyway, and say nothing can be recorded
+            self.notices.append(str(error))
         self.plan = self._frozen_plan()
         self.planned = schedule(self.plan.items, self.plan.lot.gpu_count, self.plan.model.calendar.retrieval_hours)
         drift = plan_drift(campaign)
@@ -150,7 +152,17 @@ class Engine:
         now = self._monotonic()
         if not force and self._saved_at is not None and now - self._saved_at < SAVE_EVERY_SECONDS:
             return
-        save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+        try:
+            save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+        except OSError as error:
+            notice = (
+                f"cannot save the reading position in .cockpit/ ({error.strerror or error}); "
+                "the next start reads the metrics again, nothing recorded is lost"
+            )
+            if notice not in self.notices:
+                self.notices.append(notice)
+            self._saved_at = now  # try again later, not every tick
+            return
         self._saved_at, self._unsaved = now, False
 
     # ------------------------------------------------------------ the run log
@@ -174,13 +186,13 @@ class Engine:
         with self.log.transaction() as tx:
             recorded = tx.read().events
             open_keys = {a.key for a in RecordedState.from_events(recorded).active_alerts}
-            ever = {(alert_key(e), e.get("line")) for e in recorded if e["type"] == "alert"}
-            ever_keys = {k for k, _ in ever}
+            ever = {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in recorded if e["type"] == "alert"}
+            ever_keys = {k for k, _, _ in ever}
             for item in pending:
                 if item.key in open_keys:
                     continue
-                if item.line is not None and (item.key, item.line) in ever:
-                    continue  # the same line, re-read after the saved state was lost
+                if item.line is not None and (item.key, item.fields.get("stream_inode"), item.line) in ever:
+                    continue  # the same line of the same file, re-read after the saved state was lost
                 if item.fields.get("once") and item.key in ever_keys:
                     continue  # a standing condition (a window threshold, a lost GPU): said once
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
@@ -217,7 +229,12 @@ class Engine:
         reading = lot_clock(self.plan, now, progress, self.planned)
 
         pending = [
-            _Pending(f"{t.rule_id}|{t.run_id}", t.event_fields(), t.line) for t in triggers
+            _Pending(
+                f"{t.rule_id}|{t.run_id}",
+                {**t.event_fields(), "stream_inode": self.streams[t.run_id].position.inode},
+                t.line,
+            )
+            for t in triggers
         ]
         pending += [
             _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
@@ -226,17 +243,27 @@ class Engine:
         for alert in gpu_snapshot.alerts:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
             pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": alert.rule == "gpu-lost"}))
-        if self._log_alerts(pending):
-            recorded = self._follow_log()
+        unrecorded: list[_Pending] = []
+        try:
+            if self._log_alerts(pending):
+                recorded = self._follow_log()
+        except RunLogError as error:
+            # Shown all the same, marked: an alert the disk refused must not vanish from the screen.
+            unrecorded = [p for p in pending if p.key not in {a.key for a in recorded.active_alerts}]
+            if str(error) not in self.notices:
+                self.notices.append(str(error))
 
         for trigger in triggers:
             if trigger.action == "stop" and recorded.stop_of(trigger.run_id) is None:
-                self._auto_stop(trigger)
+                try:
+                    self._auto_stop(trigger)
+                except RunLogError as error:
+                    self.notices.append(f"{trigger.run_id}: the stop rule {trigger.rule_id} could not be recorded: {error}")
                 recorded = self._follow_log()
 
         self._unsaved = self._unsaved or changed or bool(triggers)
         self._save(force=bool(triggers))
-        return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids)
+        return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded)
 
     def _auto_stop(self, trigger: Trigger) -> None:
         track = self.streams[trigger.run_id].track
@@ -311,7 +338,7 @@ class Engine:
             )
         return tuple(views)
 
-    def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids) -> Snapshot:
+    def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded=()) -> Snapshot:
         campaign, lot = self.campaign, self.campaign.lot
         notices = list(self.notices)
         process_map = self.host.map_gpu_processes(gpu_snapshot.samples, run_pids, [r.id for r in campaign.runs])
@@ -379,6 +406,13 @@ class Engine:
                 key=a.key,
             )
             for a in reversed(recorded.active_alerts)
+        ) + tuple(
+            AlertView(
+                rule=str(p.fields.get("rule")), run=p.fields.get("run"),
+                message=f"{p.fields.get('message', '')} (NOT RECORDED: the run log could not be written)",
+                ts=now, seq=None, severity="critical", key=p.key,
+            )
+            for p in unrecorded
         )
         host = self.host.host(self.directory)
         return Snapshot(

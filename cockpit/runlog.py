@@ -344,14 +344,24 @@ def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
     with log.transaction() as tx:
         if frozen_plan_path(campaign.directory).exists():
             return None
-        folder = state_dir(campaign.directory)
-        temporary = folder / (FROZEN_PLAN + ".tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(campaign.text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, folder / FROZEN_PLAN)
+        try:
+            folder = state_dir(campaign.directory)
+            temporary = folder / (FROZEN_PLAN + ".tmp")
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+            try:
+                with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                    handle.write(campaign.text)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temporary, folder / FROZEN_PLAN)
+            finally:
+                if temporary.exists():
+                    temporary.unlink()
+        except OSError as error:
+            reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+            raise RunLogError(
+                f"cannot freeze the plan into {STATE_DIR}/{FROZEN_PLAN}: {reason}; the campaign is not started and nothing was recorded"
+            ) from None
         return tx.append(
             "campaign_started",
             campaign=campaign.id,

@@ -17,7 +17,7 @@ from cockpit import decisions
 from cockpit.campaign import load_campaign
 from cockpit.engine import Engine
 from cockpit.gpu import FakeGpus, GpuSnapshot
-from cockpit.runlog import RunLog
+from cockpit.runlog import RunLog, RunLogError
 from cockpit.snapshot import to_json
 from tests.conftest import run_cli
 
@@ -241,3 +241,20 @@ def test_status_gives_save_advice_for_a_running_run(seed_campaign):
     finally:
         child.kill()
         child.wait()
+
+
+def test_an_alert_the_disk_refuses_is_still_shown_marked_unrecorded(seed_campaign, monkeypatch):
+    now = LOT_START + timedelta(hours=1)
+    engine = make_engine(seed_campaign, now)  # started (plan frozen) while the disk had room
+    seed_streams(seed_campaign, (now - timedelta(minutes=5)).timestamp())
+
+    def full(*args, **kwargs):
+        raise RunLogError("cannot write to runlog.jsonl: the disk is full; nothing was recorded")
+
+    monkeypatch.setattr(RunLog, "append", full)
+    monkeypatch.setattr("cockpit.runlog.Transaction.append", full)
+    snapshot = engine.tick()
+    assert sorted(a.rule for a in snapshot.alerts) == ["f1-floor", "nan-loss", "truncated-input"]
+    assert all(a.seq is None and "NOT RECORDED" in a.message for a in snapshot.alerts)
+    assert any("the disk is full" in n for n in snapshot.notices)
+    assert alert_events(seed_campaign) == []
