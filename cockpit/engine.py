@@ -25,7 +25,6 @@ from cockpit.clock import ItemProgress, lot_clock
 from cockpit.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
 from cockpit.metrics import STATE_FILE, MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime
 from cockpit.procs import HostProcesses
-from cockpit.resume import save_advice
 from cockpit.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.runlog import (
     RecordedState,
@@ -363,6 +362,8 @@ class Engine:
             advice = None
             save_seconds = (track.checkpoint or {}).get("seconds")
             if state == "running" and isinstance(save_seconds, (int, float)) and save_seconds > 0:
+                from cockpit.resume import save_advice  # a large module, needed only once runs save
+
                 advice = save_advice(
                     float(save_seconds), source="checkpoint events", lot_end=lot.end,
                     retrieval_hours=self.plan.model.calendar.retrieval_hours, now=now,
