@@ -12,20 +12,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_campaigns"
+# what a cockpit run on the sample folder itself may have left there: never copied into a test
+LIVE_STATE = shutil.ignore_patterns("runlog.jsonl", ".cockpit", "runs", "closing")
 
 
 @pytest.fixture
 def seed_campaign(tmp_path: Path) -> Path:
     """A writable copy of the seed's campaign (RTX 4090, 3 days, 48 h committed)."""
     target = tmp_path / "sentiment-lora"
-    shutil.copytree(SAMPLES / "sentiment-lora", target)
+    shutil.copytree(SAMPLES / "sentiment-lora", target, ignore=LIVE_STATE)
     return target
 
 
 @pytest.fixture
 def b200_campaign(tmp_path: Path) -> Path:
     target = tmp_path / "b200-week"
-    shutil.copytree(SAMPLES / "b200-week", target)
+    shutil.copytree(SAMPLES / "b200-week", target, ignore=LIVE_STATE)
     return target
 
 

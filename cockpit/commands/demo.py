@@ -34,6 +34,12 @@ def run(args) -> int:
     from cockpit.campaign import load_campaign
     from cockpit.demo_trainer import launch_runs, prepare_demo, stop_runs
 
+    themes = None
+    if not args.no_tui:  # refused before anything is made or started
+        from cockpit.commands.tui import require_terminal, theme_catalog
+
+        themes = theme_catalog(args.theme)
+        require_terminal("for the demo without one use `cockpit demo --no-tui`, then `cockpit status DIR`")
     target = _target(args)
     try:
         directory = prepare_demo(target, utc_now())
@@ -42,38 +48,22 @@ def run(args) -> int:
     except OSError as error:
         raise Finding(f"cannot make the demo campaign in {target}: {error.strerror}") from None
     campaign = load_campaign(directory)
-    if not args.no_tui and not (sys.stdin.isatty() and sys.stdout.isatty()):
-        raise UsageError(
-            "the cockpit needs a terminal; for the demo without one use `cockpit demo --no-tui`, "
-            f"then `cockpit status {directory}`"
-        )
     processes = launch_runs(directory)
     print(f"demo campaign in {directory}: {len(processes)} toy runs started (pids {', '.join(str(p.pid) for p in processes)})")
     if args.no_tui:
         print(f"watch it with `cockpit {directory}` or `cockpit status {directory}`; the runs end by themselves")
         return 0
 
-    from cockpit.engine import Engine, live_gpus, terminate_run_of
-    from cockpit.tui.app import CockpitApp
-    from cockpit.tui.themes import discover_themes
+    from cockpit.commands.tui import run_app
+    from cockpit.engine import Engine, live_gpus
 
-    themes = discover_themes()
-    if args.theme is not None and args.theme not in themes.themes and themes.problem(args.theme) is None:
-        stop_runs(processes)
-        raise UsageError(f"no theme '{args.theme}' (themes: {', '.join(themes.names)})")
-    engine = Engine(campaign, gpus=live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model))
     try:
-        app = CockpitApp(
-            campaign, engine, engine.log, theme=args.theme, bell=True,
-            signal_run=lambda run_id: terminate_run_of(campaign, run_id), themes=themes,
-        )
-        app.run()
+        engine = Engine(campaign, gpus=live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model))
+        return run_app(campaign, engine, theme=args.theme, bell=True, themes=themes)
     finally:
-        engine.close()
         alive = [p for p in processes if p.poll() is None]
         if alive and _ask_to_stop(len(alive)):
             stop_runs(alive)
             print(f"stopped {len(alive)} demo run{'s' if len(alive) != 1 else ''}")
         elif alive:
             print(f"{len(alive)} demo runs go on; `cockpit {directory}` to watch them again")
-    return app.return_code or 0

@@ -1,0 +1,282 @@
+"""Memory over a simulated 30-day lot at one sample a second (issue #9 item 1d; target ≤ 150 MB).
+
+    .venv/bin/python bench/memory_30day.py [--ticks 30000] [--runs 50] [--gpus 8] [--json]
+
+30 days at 1 Hz is 2,592,000 ticks; at a few milliseconds a tick that is hours of real time, so
+the lot is simulated in two parts, each driving the real `Engine` with an injected clock:
+
+1. **Per-second state** — 8 simulated GPUs, 50 runs, the clock advancing 1 s a tick and every run
+   appending one metric line a tick (an eval line every 100), for `--ticks` ticks. RSS is read
+   every 1,000 ticks (after a garbage collection), with the interpreter's count of allocated
+   blocks; after a warm-up (the first third: bounded histories fill, the time rules fire once)
+   the slope of RSS against ticks is fitted and extended to 2,592,000 ticks. Anything kept per
+   tick or per line shows up as a slope, in blocks long before it shows in RSS.
+2. **A whole 30-day stream** — one run whose stream grows by 3,600 lines (one hour at 1 Hz)
+   between ticks, the clock advancing an hour a tick, for 720 ticks: 2,592,000 lines, the full
+   lot, read incrementally by the same engine. RSS is read after every simulated day.
+
+The figure is the larger of part 1's projection to 30 days and part 2's peak RSS: the cockpit
+holds both kinds of state at once, and neither depends on the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from cockpit.campaign import load_campaign  # noqa: E402
+from cockpit.engine import Engine  # noqa: E402
+from cockpit.gpu import FakeGpus  # noqa: E402
+
+THIRTY_DAYS_S = 30 * 24 * 3600
+TARGET_MB = 150.0
+LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+
+
+class SimulatedTime:
+    """The lot's clock, moved by hand: wall time for the engine, monotonic seconds for its saves."""
+
+    def __init__(self, start: datetime):
+        self.now = start
+        self.seconds = 0.0
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+        self.seconds += seconds
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.seconds
+
+
+class Latest:
+    def __init__(self, source):
+        self.source = source
+
+    def latest(self):
+        return self.source.sample()
+
+    def close(self):
+        pass
+
+
+def campaign_text(runs: int, gpus: int) -> str:
+    head = f"""schema = 1
+id = "memory-30-days"
+[closing]
+metric = "eval/acc"
+direction = "max"
+threshold = 0.8
+[lot]
+gpu_model = "bench GPU"
+gpus = {gpus}
+days = 31
+price_usd = "999.00"
+start = {LOT_START.strftime('%Y-%m-%dT%H:%M:%SZ')}
+[calendar]
+retrieval_hours = 2
+warn_before_end_hours = [6, 1]
+[[stop_rule]]
+id = "nan"
+kind = "non_finite"
+metric = "loss"
+[[stop_rule]]
+id = "floor"
+kind = "below"
+metric = "eval/acc"
+threshold = 0.01
+after_step = 10
+[[stop_rule]]
+id = "blowup"
+kind = "above"
+metric = "loss"
+threshold = 1000
+[[stop_rule]]
+id = "trunc"
+kind = "truncated"
+[[stop_rule]]
+id = "resume"
+kind = "no_resume"
+within_hours = 2
+[[stop_rule]]
+id = "stalled"
+kind = "stalled"
+minutes = 30
+"""
+    return head + "".join(
+        f'\n[[run]]\nid = "r{i}"\nrole = "{"control" if i == 0 else "variant"}"\nhours = 10\ngpus = [{i % gpus}]\ntotal_steps = 100000000\n'
+        for i in range(runs)
+    )
+
+
+def rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def line(ts: float, step: int) -> str:
+    if step % 100 == 99:
+        return json.dumps({"ts": ts, "step": step, "eval/acc": 0.5 + (step % 7) / 100, "eval/loss": 1.2}) + "\n"
+    return json.dumps({"ts": ts, "step": step, "loss": 2.0 / (1 + step % 1000), "lr": 1e-4, "grad_norm": 0.7}) + "\n"
+
+
+def make_campaign(folder: Path, runs: int, gpus: int, clock: SimulatedTime) -> list:
+    (folder / "campaign.toml").write_text(campaign_text(runs, gpus))
+    handles = []
+    for index in range(runs):
+        path = folder / "runs" / f"r{index}" / "metrics.jsonl"
+        path.parent.mkdir(parents=True)
+        handle = open(path, "a")
+        # pids far beyond pid_max: the runs are "not alive", so nothing is ever signalled
+        handle.write(json.dumps({"ts": clock.now.timestamp(), "event": "started", "pid": 2_000_000_000 + index,
+                                 "config_sha256": "ab" * 32}) + "\n")
+        handle.flush()
+        handles.append(handle)
+    return handles
+
+
+def slope_per_tick(points: list[tuple[int, float]]) -> float:
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    var = sum((x - mean_x) ** 2 for x, _ in points)
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / var if var else 0.0
+
+
+def per_second(ticks: int, runs: int, gpus: int) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="cockpit-memory-"))
+    try:
+        clock = SimulatedTime(LOT_START + timedelta(minutes=5))
+        handles = make_campaign(folder, runs, gpus, clock)
+        engine = Engine(load_campaign(folder), clock=clock, gpus=Latest(FakeGpus(gpus, clock=clock)), monotonic=clock.monotonic)
+        samples: list[tuple[int, float]] = []
+        blocks: list[tuple[int, float]] = []
+        started = time.perf_counter()
+        for tick in range(1, ticks + 1):
+            clock.advance(1.0)
+            ts = clock.now.timestamp()
+            for handle in handles:
+                handle.write(line(ts, tick))
+                handle.flush()
+            engine.tick()
+            if tick % 1000 == 0:
+                gc.collect()
+                samples.append((tick, rss_mb()))
+                blocks.append((tick, float(sys.getallocatedblocks())))
+        seconds = time.perf_counter() - started
+        engine.close()
+        for handle in handles:
+            handle.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    warm = [p for p in samples if p[0] > ticks / 3] or samples
+    slope = slope_per_tick(warm)
+    warm_blocks = [p for p in blocks if p[0] > ticks / 3] or blocks
+    end = samples[-1][1] if samples else rss_mb()
+    projected = end + max(0.0, slope) * (THIRTY_DAYS_S - ticks)
+    return {
+        "ticks": ticks,
+        "simulated_hours": round(ticks / 3600, 2),
+        "runs": runs,
+        "gpus": gpus,
+        "seconds": round(seconds, 1),
+        "ms_per_tick": round(seconds * 1000 / ticks, 2),
+        "rss_after_warmup_mb": round(warm[0][1], 1) if warm else None,
+        "rss_end_mb": round(end, 1),
+        "rss_max_mb": round(max(y for _, y in samples), 1) if samples else None,
+        "slope_mb_per_day": round(slope * 86400, 3),
+        "projected_30_days_mb": round(projected, 1),
+        "blocks_after_warmup": int(warm_blocks[0][1]) if warm_blocks else None,
+        "blocks_end": int(blocks[-1][1]) if blocks else None,
+        "blocks_slope_per_day": round(slope_per_tick(warm_blocks) * 86400, 1),
+        "rss_every_1000_ticks_mb": [round(y, 1) for _, y in samples],
+    }
+
+
+def whole_stream(days: int) -> dict:
+    folder = Path(tempfile.mkdtemp(prefix="cockpit-memory-stream-"))
+    try:
+        clock = SimulatedTime(LOT_START + timedelta(minutes=5))
+        handle = make_campaign(folder, 1, 1, clock)[0]
+        engine = Engine(load_campaign(folder), clock=clock, gpus=Latest(FakeGpus(1, clock=clock)), monotonic=clock.monotonic)
+        engine.tick()
+        per_day: list[float] = []
+        step = 0
+        started = time.perf_counter()
+        for hour in range(days * 24):
+            base = clock.now.timestamp()
+            handle.write("".join(line(base + second + 1, step + second) for second in range(3600)))
+            handle.flush()
+            step += 3600
+            clock.advance(3600.0)
+            snapshot = engine.tick()
+            if (hour + 1) % 24 == 0:
+                gc.collect()
+                per_day.append(rss_mb())
+        seconds = time.perf_counter() - started
+        run = snapshot.run("r0")
+        stream_bytes = (folder / "runs" / "r0" / "metrics.jsonl").stat().st_size
+        engine.close()
+        handle.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if run.step != step - 1:
+        raise SystemExit(f"the engine read to step {run.step}, the stream ends at {step - 1}")
+    return {
+        "days": days,
+        "lines": step,
+        "stream_mb": round(stream_bytes / 1e6, 1),
+        "seconds": round(seconds, 1),
+        "rss_day_1_mb": round(per_day[0], 1),
+        "rss_end_mb": round(per_day[-1], 1),
+        "rss_max_mb": round(max(per_day), 1),
+        "rss_each_day_mb": [round(v, 1) for v in per_day],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=30_000, help="1 Hz ticks of part 1 (default 30,000: 8.3 simulated hours)")
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--days", type=int, default=30, help="simulated days of part 2's stream")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    if args.ticks < 2000 or args.days < 1:
+        parser.error("--ticks must be at least 2000 and --days at least 1")
+    first = per_second(args.ticks, args.runs, args.gpus)
+    second = whole_stream(args.days)
+    figure = max(first["projected_30_days_mb"], second["rss_max_mb"], first["rss_max_mb"] or 0)
+    result = {"per_second": first, "whole_stream": second, "figure_mb": round(figure, 1), "target_mb": TARGET_MB}
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(f"part 1: {first['ticks']:,} ticks at 1 s ({first['simulated_hours']} h), {first['runs']} runs, {first['gpus']} simulated GPUs, "
+          f"{first['ms_per_tick']} ms a tick")
+    print(f"        RSS {first['rss_after_warmup_mb']} MB after warm-up → {first['rss_end_mb']} MB at the end; "
+          f"slope {first['slope_mb_per_day']} MB/day → {first['projected_30_days_mb']} MB projected at 30 days")
+    print(f"        allocated blocks {first['blocks_after_warmup']:,} after warm-up → {first['blocks_end']:,} at the end "
+          f"({first['blocks_slope_per_day']:+,.0f} a day)")
+    print(f"part 2: {second['lines']:,} lines ({second['stream_mb']} MB) over {second['days']} simulated days, one run")
+    print(f"        RSS {second['rss_day_1_mb']} MB after day 1 → {second['rss_end_mb']} MB after day {second['days']} "
+          f"(max {second['rss_max_mb']} MB)")
+    print(f"memory after a 30-day lot: {result['figure_mb']} MB (target ≤ {TARGET_MB:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""`cockpit [DIR] [--theme NAME] [--no-bell]`: the cockpit on the campaign in DIR.
+
+Everything that can be refused is refused before the screen is taken over: an unknown theme
+(usage, exit 2), an invalid campaign (exit 1), no terminal to draw on (usage, exit 2).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cockpit.errors import UsageError
+
+
+def theme_catalog(theme: str | None):
+    """The themes on offer; an unknown --theme is a usage error listing them."""
+    from cockpit.tui.themes import discover_themes, user_theme_dir
+
+    catalog = discover_themes()
+    if theme is not None and theme not in catalog.themes and catalog.problem(theme) is None:
+        # A theme file that exists but is broken is not a usage error: the app falls back and says why.
+        raise UsageError(
+            f"no theme '{theme}' (themes: {', '.join(catalog.names) or 'none found'}); "
+            f"add your own as a TOML file in {user_theme_dir()}"
+        )
+    return catalog
+
+
+def require_terminal(hint: str) -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise UsageError(f"the cockpit needs a terminal (run it in tmux over SSH); {hint}")
+
+
+def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
+    """Run the TUI over `engine` until the user quits; the engine is closed after the last tick."""
+    from cockpit.engine import terminate_run_of
+    from cockpit.tui.app import CockpitApp
+
+    app = None
+    try:
+        app = CockpitApp(
+            campaign,
+            engine,
+            engine.log,
+            theme=theme,  # None: the dark theme, or the monochrome one under NO_COLOR
+            bell=bell,
+            signal_run=lambda run_id: terminate_run_of(campaign, run_id),
+            themes=themes,
+        )
+        app.run()
+    finally:
+        if app is not None:
+            with app.tick_lock:  # a tick still under way in its thread finishes first
+                engine.close()
+        else:
+            engine.close()
+    return app.return_code or 0
+
+
+def run(args) -> int:
+    from cockpit.campaign import load_campaign
+
+    catalog = theme_catalog(args.theme)
+    campaign = load_campaign(args.dir)
+    require_terminal(f"for a one-off view without one use `cockpit status {args.dir}` or `cockpit status {args.dir} --json`")
+    # Imported here: the engine samples NVML and reads the runs' metrics, which `cockpit --help` never needs.
+    from cockpit.engine import Engine, live_gpus
+
+    engine = Engine(campaign, gpus=live_gpus())  # NVML on its own thread: a hung driver call never freezes the screen
+    return run_app(campaign, engine, theme=args.theme, bell=not args.no_bell, themes=catalog)

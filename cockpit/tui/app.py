@@ -1,0 +1,485 @@
+"""The cockpit's Textual app: a thin view over the engine's frozen snapshots, and the keys that
+record decisions in the run log.
+
+Nothing here decides anything about the campaign. A thread worker asks the snapshot source for
+one tick at a time (the next one is scheduled only after the last one arrived, and not while a
+dialog is open); every decision goes through `cockpit.decisions` in a thread worker and is
+confirmed on screen only once it is on disk.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from time import perf_counter
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import ModalScreen
+from textual.timer import Timer
+from textual.widgets import Footer
+
+from cockpit import decisions
+from cockpit.campaign import Campaign
+from cockpit.errors import Finding, UsageError
+from cockpit.runlog import RunLog, RunLogError, utc_now
+from cockpit.snapshot import AlertView, RunView, Snapshot, SnapshotSource
+from cockpit.tui import format as fmt
+from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed
+from cockpit.tui.screens import (
+    ConfirmScreen,
+    DecisionRequest,
+    DecisionScreen,
+    HelpScreen,
+    KeyHelp,
+    NoteRequest,
+    NoteScreen,
+    StopRequest,
+    StopScreen,
+)
+from cockpit.tui.themes import DEFAULT_THEME, ThemeCatalog, default_theme_name, discover_themes
+from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
+from cockpit.tui.widgets.alerts_list import AlertKey, alert_key
+
+SOURCE = "key"
+MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
+
+SignalRun = Callable[[str], dict[str, Any]]
+Clock = Callable[[], datetime]
+
+# The app's own CSS variables, for themes that do not define them (e.g. Textual's built-ins).
+THEME_VARIABLE_DEFAULTS = {
+    "cockpit-elapsed": "#5f87af",
+    "cockpit-committed": "#87af87",
+    "cockpit-window": "#6c6c6c",
+    "cockpit-bar-empty": "#3a3a3a",
+    "cockpit-alert": "#d7875f",
+    "cockpit-simulated": "#d7af00",
+}
+
+
+class CockpitApp(App[None]):
+    """The cockpit on one campaign, fed by a `SnapshotSource` (the engine, or a fake in tests)."""
+
+    CSS_PATH = "cockpit.tcss"
+    TITLE = "cockpit"
+    ENABLE_COMMAND_PALETTE = False
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
+
+    BINDINGS = [
+        Binding("s", "stop", "Stop run", id="stop", tooltip="record a stop of the selected run (a rule or a reason); offers SIGTERM when its pid is known"),
+        Binding("d", "decide", "Pilot decision", id="decide", tooltip="continue / drop-optional / revise, with a note"),
+        Binding("a", "acknowledge", "Acknowledge", id="acknowledge", tooltip="acknowledge the selected alert"),
+        Binding("n", "note", "Note", id="note", tooltip="record an explained deviation, optionally on the selected run"),
+        Binding("t", "cycle_theme", "Theme", id="theme", tooltip="next theme (dark, light, mono, then yours)"),
+        Binding("question_mark", "help", "Help", id="help", key_display="?", tooltip="this list"),
+        Binding("q", "quit", "Quit", id="quit", priority=True, tooltip="leave the cockpit (the runs go on)"),
+    ]
+
+    def __init__(
+        self,
+        campaign: Campaign,
+        source: SnapshotSource,
+        log: RunLog,
+        *,
+        theme: str | None = None,
+        bell: bool = True,
+        refresh_seconds: float = 1.0,
+        signal_run: SignalRun | None = None,
+        clock: Clock | None = None,
+        themes: ThemeCatalog | None = None,
+    ) -> None:
+        super().__init__()
+        self.campaign = campaign
+        self.source = source
+        self.run_log = log
+        self.ring_bell = bell
+        self.refresh_seconds = refresh_seconds if refresh_seconds > 0 and math.isfinite(refresh_seconds) else 1.0
+        self.signal_run = signal_run
+        self.clock: Clock = clock or utc_now
+        self.snapshot: Snapshot | None = None
+        self.first_frame_seconds: float | None = None  # from construction to the first snapshot on screen
+        self._constructed = perf_counter()
+        self.tick_lock = threading.Lock()  # held during a tick: take it before closing the source
+        self._polling = False
+        self._poll_timer: Timer | None = None
+        self._source_error: str | None = None
+        self._previous_alerts: dict[tuple[str, str | None], int | None] | None = None
+        self._acknowledged: set[AlertKey] = set()
+        self._startup_notices: list[tuple[str, str]] = []
+
+        # Themes are registered here, before the first CSS pass, so the first frame is already right.
+        self.theme_catalog = themes if themes is not None else discover_themes()
+        for registered in self.theme_catalog.themes.values():
+            self.register_theme(registered)
+        wanted = theme or default_theme_name()
+        for problem in self.theme_catalog.problems:
+            if problem.name != wanted:  # the wanted one is reported below, once
+                self._startup_notices.append((f"theme file skipped: {problem.message}", "warning"))
+        if wanted not in self.theme_catalog.themes:
+            fallback = DEFAULT_THEME if DEFAULT_THEME in self.theme_catalog.themes else "textual-dark"
+            problem = self.theme_catalog.problem(wanted)
+            why = f"theme '{wanted}' is invalid ({problem.message})" if problem else f"no theme '{wanted}'"
+            self._startup_notices.append((f"{why}; using '{fallback}'", "error"))
+            wanted = fallback
+        self.theme = wanted
+
+    # ------------------------------------------------------------------ layout
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return dict(THEME_VARIABLE_DEFAULTS)
+
+    def compose(self) -> ComposeResult:
+        closing = self.campaign.model.closing
+        quality_label = closing.metric.rsplit("/", 1)[-1] if closing else "quality"
+        yield LotHeader(self.campaign.id, self.campaign.model.question, id="lot")
+        with Horizontal(id="top"):
+            yield ClockPanel(id="clock")
+            yield GpuPanel(id="gpus")
+        yield RunsTable(quality_label, id="runs")
+        yield AlertsList(id="alerts")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        # The panels live on the main screen; a dialog on top must not hide them from the updates.
+        self._header = self.query_one(LotHeader)
+        self._clock_panel = self.query_one(ClockPanel)
+        self._gpu_panel = self.query_one(GpuPanel)
+        self._runs = self.query_one(RunsTable)
+        self._alerts = self.query_one(AlertsList)
+        self.query_one("#clock").border_title = "clock"
+        self.query_one("#gpus").border_title = "GPU"
+        self.query_one("#runs").border_title = "runs"
+        self.query_one("#alerts").border_title = "alerts"
+        self._runs.focus()
+        for message, severity in self._startup_notices:
+            self.notify(message, severity=severity, timeout=15, markup=False)  # type: ignore[arg-type]
+        self._terminal = _terminal_path() if not self.is_headless else None
+        self.set_interval(5, self._every_five_seconds, name="freshness")
+        self._poll()
+
+    # ------------------------------------------------------------------ polling
+
+    def _modal_open(self) -> bool:
+        return bool(self.screen_stack) and isinstance(self.screen_stack[-1], ModalScreen)
+
+    def _shutting_down(self) -> bool:
+        """The app is shutting down: late timers and messages have nothing left to draw on."""
+        return self._exit or not self.screen_stack or not self._header.is_attached
+
+    def _schedule_poll(self, delay: float | None = None) -> None:
+        if self._poll_timer is None:
+            self._poll_timer = self.set_timer(self.refresh_seconds if delay is None else delay, self._poll, name="poll")
+
+    def _poll(self) -> None:
+        self._poll_timer = None
+        if self._polling or self._shutting_down():
+            return
+        if self._modal_open():  # the person is deciding: keep what they are looking at still
+            self._header.show_status("updates paused while a dialog is open")
+            self._schedule_poll()
+            return
+        self._polling = True
+        self.run_worker(self._tick, name="tick", group="poll", thread=True, exit_on_error=False)
+
+    def _tick(self) -> None:
+        """In a thread: one blocking tick of the source, posted back as a message."""
+        try:
+            with self.tick_lock:
+                snapshot = self.source.tick()
+        except Exception as error:  # the engine's failure is shown, and the next tick retried
+            self.post_message(SourceFailed(error))
+        else:
+            self.post_message(SnapshotReady(snapshot))
+
+    def on_snapshot_ready(self, message: SnapshotReady) -> None:
+        self._polling = False
+        if self._shutting_down():
+            return
+        if self._source_error is not None:
+            self._source_error = None
+            self.notify("The engine is answering again.", title="engine", timeout=5)
+        self.apply_snapshot(message.snapshot)
+        self._schedule_poll()
+
+    def on_source_failed(self, message: SourceFailed) -> None:
+        self._polling = False
+        if self._shutting_down():
+            return
+        text = f"{type(message.error).__name__}: {message.error}"
+        if text != self._source_error:  # once per distinct failure, not once a second
+            self.notify(text, title="the engine failed; retrying", severity="error", timeout=15, markup=False)
+        self._source_error = text
+        self._header.show_status(f"engine failed: {text}", "error")
+        self._schedule_poll(min(30.0, self.refresh_seconds * 5))  # back off, then retry
+
+    def _every_five_seconds(self) -> None:
+        self._check_terminal()
+        self._check_freshness()
+
+    def _check_terminal(self) -> None:
+        """A watchdog: when the SSH session's terminal is gone (and SIGHUP was ignored, e.g. under
+        nohup), leave instead of drawing into nothing for the rest of the lot."""
+        if self._terminal is not None and not os.path.exists(self._terminal):
+            self.exit(return_code=1, message=f"cockpit: the terminal {self._terminal} is gone; leaving")
+
+    def _check_freshness(self) -> None:
+        snapshot = self.snapshot
+        if snapshot is None or self._source_error is not None or self._shutting_down() or self._modal_open():
+            return
+        silence = (self.clock() - snapshot.taken_at).total_seconds()
+        if silence > max(10.0, 5 * self.refresh_seconds):
+            self._header.show_status(f"no new sample for {fmt.age(silence)}", "warning")
+
+    # ------------------------------------------------------------------ rendering
+
+    def apply_snapshot(self, snapshot: Snapshot) -> None:
+        """Hand each panel its part; each redraws only what changed."""
+        first = self.snapshot is None
+        self.snapshot = snapshot
+        now = snapshot.clock.now
+        unacknowledged = {alert_key(a) for a in snapshot.alerts if not a.acknowledged}
+        self._acknowledged &= unacknowledged  # the engine has caught up with those that left
+        with self.batch_update():
+            self._header.show_lot(snapshot.lot, now)
+            self._header.show_status(f"sampled {fmt.clock_time(snapshot.taken_at)}")
+            self._clock_panel.show(snapshot.clock, snapshot.lot)
+            self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)
+            self._runs.show(snapshot.runs, now)
+            self._alerts.show(snapshot.alerts, snapshot.notices, now, self._acknowledged)
+        self._announce_new_alerts(snapshot.alerts)
+        if first:
+            self.call_after_refresh(self._first_frame_painted)
+
+    def _first_frame_painted(self) -> None:
+        self.first_frame_seconds = perf_counter() - self._constructed
+
+    def _announce_new_alerts(self, alerts: tuple[AlertView, ...]) -> None:
+        """A toast and the bell for each alert that was not in the previous snapshot."""
+        previous = self._previous_alerts or {}
+        new = [
+            a for a in alerts
+            if not a.acknowledged
+            and ((a.rule, a.run) not in previous or (a.seq is not None and previous[(a.rule, a.run)] not in (None, a.seq)))
+        ]
+        self._previous_alerts = {(a.rule, a.run): a.seq for a in alerts}
+        if not new:
+            return
+        for alert in new[:MAX_ALERT_TOASTS]:
+            where = f" on {alert.run}" if alert.run else ""
+            self.notify(
+                alert.message,
+                title=f"alert: {alert.rule}{where}",
+                severity="error" if alert.severity == "critical" else "warning",
+                timeout=10,
+                markup=False,
+            )
+        if len(new) > MAX_ALERT_TOASTS:
+            self.notify(f"{len(new) - MAX_ALERT_TOASTS} more new alerts: see the alerts list", severity="warning", timeout=10)
+        if self.ring_bell:
+            self.bell()
+
+    # ------------------------------------------------------------------ recording
+
+    def _record(
+        self,
+        kind: str,
+        what: str,
+        write: Callable[[], dict[str, Any]],
+        describe: Callable[[dict[str, Any]], str],
+        after: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """Write a decision in a thread; the UI says "recorded" only when `write` has returned."""
+
+        def work() -> None:
+            try:
+                event = write()
+            except (Finding, UsageError, RunLogError) as error:
+                self.post_message(RecordFailed(what, str(error)))
+            except Exception as error:  # a bug must not pass for a recorded decision either
+                self.post_message(RecordFailed(what, f"internal error: {type(error).__name__}: {error}"))
+            else:
+                self.post_message(Recorded(event, describe(event), kind, after))
+
+        self.run_worker(work, name=f"record {kind}", group="record", thread=True, exit_on_error=False)
+
+    def on_recorded(self, message: Recorded) -> None:
+        self.notify(message.summary, title="recorded in the run log", timeout=8, markup=False)
+        if message.after is not None:
+            message.after(message.event)
+
+    def on_record_failed(self, message: RecordFailed) -> None:
+        self.notify(message.reason, title=f"NOT recorded: {message.what}", severity="error", timeout=30, markup=False)
+
+    # ------------------------------------------------------------------ keys
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # `q` has priority so no widget swallows it, but in a dialog it must reach the text field.
+        if action == "quit" and self._modal_open():
+            return False
+        return True
+
+    def _selected_run(self) -> tuple[str | None, RunView | None]:
+        run_id = self._runs.selected_run_id
+        run = self.snapshot.run(run_id) if self.snapshot is not None and run_id is not None else None
+        return run_id, run
+
+    def action_stop(self) -> None:
+        run_id, run = self._selected_run()
+        if run_id is None:
+            self.notify("No run selected: the runs table is empty.", severity="warning")
+            return
+        self.push_screen(StopScreen(run_id, run, self.campaign.model.stop_rules), partial(self._stop_chosen, run))
+
+    def _stop_chosen(self, run: RunView | None, request: StopRequest | None) -> None:
+        if request is None:
+            self.notify("Stop cancelled: nothing recorded.", timeout=4)
+            return
+        if self.signal_run is not None and run is not None and run.pid is not None and run.alive is not False:
+            question = (
+                f"The stop of run {request.run} will be recorded either way.\n"
+                f"Also send SIGTERM to its process (pid {run.pid})? The training loop is asked to "
+                "save and exit; a signal cannot be taken back."
+            )
+            screen = ConfirmScreen("Send SIGTERM?", question, yes="Send SIGTERM [y]", no="Record only [n]")
+            self.push_screen(screen, partial(self._record_stop, request, run))
+        else:
+            self._record_stop(request, run, False)
+
+    def _record_stop(self, request: StopRequest, run: RunView | None, send_signal: bool | None) -> None:
+        last: dict[str, Any] = dict(run.last) if run is not None else {}
+        if run is not None and run.step is not None:
+            last.setdefault("step", run.step)
+        signal = None
+        if send_signal and self.signal_run is not None:
+            signal_run, run_id = self.signal_run, request.run
+            signal = lambda: signal_run(run_id)  # noqa: E731 — runs inside the run log's lock, after validation
+        campaign, log = self.campaign, self.run_log
+
+        def write() -> dict[str, Any]:
+            return decisions.record_stop(
+                campaign, log, request.run, rule=request.rule, reason=request.reason, source=SOURCE, last=last, signal=signal
+            )
+
+        def describe(event: dict[str, Any]) -> str:
+            cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason')}"
+            text = f"stop of run {request.run} ({cause}), seq {event['seq']}"
+            outcome = event.get("signal") or {}
+            if outcome.get("requested"):
+                text += "; SIGTERM sent" if outcome.get("sent") else "; SIGTERM NOT sent"
+                if outcome.get("detail"):
+                    text += f": {outcome['detail']}"
+            return text
+
+        self._record("stop", f"stop of run {request.run}", write, describe)
+
+    def action_decide(self) -> None:
+        self.push_screen(DecisionScreen(self._pilot_facts()), self._decision_chosen)
+
+    def _pilot_facts(self) -> str:
+        pilot = self.campaign.model.pilot
+        if pilot is None:
+            return "The campaign declares no [pilot]: the decision is recorded without a pilot run."
+        text = f"Pilot run {pilot.run}: decide after {pilot.decide_after_hours:g} h."
+        run = self.snapshot.run(pilot.run) if self.snapshot is not None else None
+        if run is not None:
+            text += f"\nNow: {run.state}, step {fmt.step(run.step, run.total_steps)}, loss {fmt.metric(run.loss)}, quality {fmt.metric(run.quality)}"
+        if self.snapshot is not None and self.snapshot.clock.elapsed_hours is not None:
+            text += f"; lot hour {self.snapshot.clock.elapsed_hours:.1f}."
+        return text
+
+    def _decision_chosen(self, request: DecisionRequest | None) -> None:
+        if request is None:
+            self.notify("Pilot decision cancelled: nothing recorded.", timeout=4)
+            return
+        campaign, log = self.campaign, self.run_log
+        self._record(
+            "pilot_decision",
+            f"pilot decision {request.decision}",
+            lambda: decisions.record_decision(campaign, log, request.decision, note=request.note, source=SOURCE),
+            lambda event: f"pilot decision {request.decision}, seq {event['seq']}",
+        )
+
+    def action_acknowledge(self) -> None:
+        alerts = self._alerts
+        alert = alerts.selected_alert
+        if alert is None:
+            self.notify("No alert selected.", severity="warning")
+            return
+        if alerts.is_acknowledged(alert):
+            self.notify(f"The {alert.rule} alert is already acknowledged.", markup=False)
+            return
+        key = alert_key(alert)
+        campaign, log = self.campaign, self.run_log
+        where = f" on {alert.run}" if alert.run else ""
+
+        def acknowledged(_event: dict[str, Any]) -> None:
+            self._acknowledged.add(key)
+            if self.snapshot is not None:
+                snapshot = self.snapshot
+                self._alerts.show(snapshot.alerts, snapshot.notices, snapshot.clock.now, self._acknowledged)
+
+        self._record(
+            "ack",
+            f"acknowledgement of {alert.rule}{where}",
+            lambda: decisions.acknowledge(campaign, log, alert.rule, alert.run, source=SOURCE, key=alert.key or None),
+            lambda event: f"alert {alert.rule}{where} acknowledged, seq {event['seq']}",
+            after=acknowledged,
+        )
+
+    def action_note(self) -> None:
+        run_id, _ = self._selected_run()
+        self.push_screen(NoteScreen(run_id), self._note_written)
+
+    def _note_written(self, request: NoteRequest | None) -> None:
+        if request is None:
+            self.notify("Note cancelled: nothing recorded.", timeout=4)
+            return
+        campaign, log = self.campaign, self.run_log
+        where = f" on run {request.run}" if request.run else ""
+        self._record(
+            "note",
+            f"note{where}",
+            lambda: decisions.record_note(campaign, log, request.text, run_id=request.run, source=SOURCE),
+            lambda event: f"note{where}, seq {event['seq']}",
+        )
+
+    def action_cycle_theme(self) -> None:
+        names = self.theme_catalog.names or [self.theme]
+        following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.theme = following
+        description = self.theme_catalog.descriptions.get(following)
+        self.notify(f"theme {following}" + (f": {description}" if description else ""), timeout=3, markup=False)
+
+    def action_help(self) -> None:
+        keys = [KeyHelp(b.key_display or b.key, b.description, b.tooltip) for b in self._key_bindings()]
+        self.push_screen(HelpScreen(keys))
+
+    def _key_bindings(self) -> list[Binding]:
+        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+
+    async def action_quit(self) -> None:
+        # A decision being written is finished first: quitting must not lose what was confirmed.
+        pending = [w for w in self.workers if w.group == "record" and not w.is_finished]
+        if pending:
+            self.notify("Finishing the run log write…", timeout=3)
+            await self.workers.wait_for_complete(pending)
+        self.exit()
+
+
+def _terminal_path() -> str | None:
+    """The path of the terminal the cockpit draws on (`/dev/pts/3`), when it has one."""
+    for stream in (sys.__stdout__, sys.__stdin__):
+        try:
+            return os.ttyname(stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            continue
+    return None

@@ -1,0 +1,361 @@
+"""The cockpit's dialogs. Each one only gathers what the person decided and returns it with
+`dismiss`; the app writes it to the run log off the UI thread and confirms once it is on disk.
+Enter confirms, Escape cancels, everywhere."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from cockpit.campaign import StopRule
+from cockpit.decisions import PILOT_DECISIONS
+from cockpit.snapshot import RunView
+from cockpit.tui import format as fmt
+
+NO_RULE = "no-rule"
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    run: str
+    rule: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class DecisionRequest:
+    decision: str
+    note: str | None
+
+
+@dataclass(frozen=True)
+class NoteRequest:
+    text: str
+    run: str | None
+
+
+@dataclass(frozen=True)
+class KeyHelp:
+    key: str
+    description: str
+    detail: str = ""
+
+
+def describe_rule(rule: StopRule) -> str:
+    """A stop rule in a few words, as written in campaign.toml."""
+    kind = rule.kind.value
+    if kind == "non_finite":
+        text = f"non-finite {rule.metric or 'metric'}"
+    elif kind == "below":
+        text = f"{rule.metric} below {rule.threshold:g}"
+    elif kind == "above":
+        text = f"{rule.metric} above {rule.threshold:g}"
+    elif kind == "truncated":
+        text = "an essential input truncated"
+    elif kind == "no_resume":
+        text = f"no verified resume within {rule.within_hours:g} h"
+    elif kind == "stalled":
+        text = f"no metric line for {rule.minutes:g} min"
+    else:
+        text = kind
+    if rule.after_step:
+        text += f" after step {rule.after_step}"
+    if rule.action.value == "stop":
+        text += " (auto-stop)"
+    return text
+
+
+def last_metrics_text(run: RunView | None) -> str:
+    if run is None:
+        return "no metrics reported yet"
+    parts = [f"state {run.state}"]
+    if run.step is not None:
+        parts.append(f"step {fmt.step(run.step, run.total_steps)}")
+    for name, value in run.last.items():
+        if name in ("step", "ts"):
+            continue
+        parts.append(f"{name} {fmt.metric(value)}")
+    return " · ".join(parts) if run.step is not None or len(parts) > 1 else "state " + run.state + " · no metrics reported yet"
+
+
+class Dialog(ModalScreen):
+    """A centred box; Escape cancels (dismisses with None)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
+
+    DEFAULT_CSS = """
+    Dialog {
+        align: center middle;
+    }
+    Dialog > #dialog {
+        width: 76;
+        max-width: 100%;
+        height: auto;
+        max-height: 100%;
+        padding: 0 1;
+        border: round $primary;
+        background: $surface;
+    }
+    Dialog .dialog--label { color: $text-muted; margin-top: 1; }
+    Dialog .dialog--facts { color: $foreground; }
+    Dialog .dialog--hint { color: $text-muted; margin-top: 1; }
+    Dialog .dialog--error { color: $error; text-style: bold; display: none; }
+    Dialog .dialog--error.-shown { display: block; }
+    Dialog OptionList { height: auto; max-height: 8; }
+    """
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def text_input(self, placeholder: str, id: str) -> Input:
+        """A one-line field; its cursor does not blink when TEXTUAL_ANIMATIONS=none (SSH hygiene)."""
+        field = Input(placeholder=placeholder, id=id, compact=True)
+        field.cursor_blink = self.app.animation_level != "none"
+        return field
+
+    def _error(self, message: str) -> None:
+        error = self.query_one(".dialog--error", Static)
+        error.update(message)
+        error.add_class("-shown")
+
+
+class StopScreen(Dialog):
+    """Stop a run: a rule from the campaign, a free-text reason, or both."""
+
+    def __init__(self, run_id: str, run: RunView | None, rules: Sequence[StopRule]) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.run_view = run
+        # The rules written for this run first; the others stay available (a person may judge one
+        # applies), marked as written for other runs.
+        self.rules = sorted(rules, key=lambda rule: not rule.applies_to(run_id))
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = f"Stop run {self.run_id}"
+            yield Static(f"Last: {last_metrics_text(self.run_view)}", classes="dialog--facts", markup=False)
+            yield Static("Rule — ↑↓ to choose, Enter to stop with it", classes="dialog--label", markup=False)
+            options = [Option(Content.styled("no rule: write a reason below", "$text-muted"), id=NO_RULE)]
+            width = max((len(rule.id) for rule in self.rules), default=0)
+            for rule in self.rules:
+                prompt = Content.assemble((f"{rule.id:<{width}}", "bold"), (f"  {describe_rule(rule)}", ""))
+                if not rule.applies_to(self.run_id):
+                    prompt = Content.assemble(prompt, (f"  (written for {', '.join(rule.runs or [])})", "$text-muted"))
+                options.append(Option(prompt, id=rule.id))
+            yield OptionList(*options, id="rules", compact=True)
+            yield Static("Reason — free text, Enter to stop", classes="dialog--label", markup=False)
+            yield self.text_input("what happened, e.g. loss plateaued at 2.3 for 3 h", "reason")
+            yield Static("", classes="dialog--error", markup=False)
+            yield Static("Enter confirms · Esc cancels · Tab: rule ↔ reason", classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        rules = self.query_one("#rules", OptionList)
+        rules.highlighted = 0
+        rules.focus()
+
+    @on(OptionList.OptionSelected, "#rules")
+    def _rule_chosen(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id == NO_RULE:
+            self.query_one("#reason", Input).focus()
+            return
+        self._confirm(event.option.id)
+
+    @on(Input.Submitted, "#reason")
+    def _reason_given(self, event: Input.Submitted) -> None:
+        event.stop()
+        option = self.query_one("#rules", OptionList).highlighted_option
+        self._confirm(None if option is None or option.id == NO_RULE else option.id)
+
+    def _confirm(self, rule: str | None) -> None:
+        reason = self.query_one("#reason", Input).value.strip() or None
+        if rule is None and reason is None:
+            self._error("Pick a rule or write a reason: a stop needs one of them.")
+            self.query_one("#reason", Input).focus()
+            return
+        self.dismiss(StopRequest(self.run_id, rule, reason))
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question about something that cannot be undone; No is the default."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+        Binding("n", "answer(False)", "No", id="confirm.no"),
+        Binding("escape", "answer(False)", "No", id="confirm.escape"),
+        Binding("left,right", "focus_other", "Switch", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    ConfirmScreen {
+        align: center middle;
+    }
+    ConfirmScreen > #dialog {
+        width: 64;
+        max-width: 100%;
+        height: auto;
+        padding: 0 1;
+        border: round $warning;
+        background: $surface;
+    }
+    ConfirmScreen #buttons {
+        height: auto;
+        margin-top: 1;
+        align: center middle;
+    }
+    ConfirmScreen Button { margin: 0 1; }
+    """
+
+    def __init__(self, title: str, message: str, yes: str = "Yes [y]", no: str = "No [n]") -> None:
+        super().__init__()
+        self._title, self._message, self._yes, self._no = title, message, yes, no
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = self._title
+            yield Static(self._message, markup=False)
+            with Horizontal(id="buttons"):
+                yield Button(self._yes, id="yes", variant="warning", compact=True)
+                yield Button(self._no, id="no", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    def action_focus_other(self) -> None:
+        self.focus_next(Button)
+
+
+DECISION_HELP = {
+    "continue": "the pilot is sane: run the plan as written",
+    "drop-optional": "drop an optional variant (useful or exploratory tier)",
+    "revise": "revise the question before spending more of the lot",
+}
+
+
+class DecisionScreen(Dialog):
+    """The pilot decision (§1): continue, drop an optional variant, or revise the question."""
+
+    def __init__(self, pilot_facts: str) -> None:
+        super().__init__()
+        self.pilot_facts = pilot_facts
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = "Pilot decision"
+            yield Static(self.pilot_facts, classes="dialog--facts", markup=False)
+            yield Static("Decision — ↑↓ to choose, Enter to record it", classes="dialog--label", markup=False)
+            width = max(len(name) for name in PILOT_DECISIONS)
+            options = [
+                Option(Content.assemble((f"{name:<{width}}", "bold"), (f"  {DECISION_HELP[name]}", "")), id=name)
+                for name in PILOT_DECISIONS
+            ]
+            yield OptionList(*options, id="decisions", compact=True)
+            yield Static("Note — why (optional), Enter to record", classes="dialog--label", markup=False)
+            yield self.text_input("e.g. pilot F1 0.71 at 2 h; v-r64 adds little", "note")
+            yield Static("", classes="dialog--error", markup=False)
+            yield Static("Enter confirms · Esc cancels · Tab: decision ↔ note", classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        decisions = self.query_one("#decisions", OptionList)
+        decisions.highlighted = 0
+        decisions.focus()
+
+    @on(OptionList.OptionSelected, "#decisions")
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self._confirm(event.option.id)
+
+    @on(Input.Submitted, "#note")
+    def _noted(self, event: Input.Submitted) -> None:
+        event.stop()
+        option = self.query_one("#decisions", OptionList).highlighted_option
+        self._confirm(option.id if option is not None else None)
+
+    def _confirm(self, decision: str | None) -> None:
+        if decision is None:
+            self._error("Choose continue, drop-optional or revise.")
+            return
+        note = self.query_one("#note", Input).value.strip() or None
+        self.dismiss(DecisionRequest(decision, note))
+
+
+class NoteScreen(Dialog):
+    """A note: an explained deviation from the plan, on the campaign or on the selected run."""
+
+    def __init__(self, run_id: str | None) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = "Note"
+            yield Static("What deviated from the plan, and why — Enter to record", classes="dialog--label", markup=False)
+            yield self.text_input("e.g. v-r16 relaunched as v-r16b after a tokenizer fix", "text")
+            if self.run_id is not None:
+                yield Checkbox(f"about run {self.run_id}", value=False, id="on-run", compact=True)
+            yield Static("", classes="dialog--error", markup=False)
+            hint = "Enter records · Esc cancels" + (" · Tab, then Space: attach to the run" if self.run_id else "")
+            yield Static(hint, classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#text", Input).focus()
+
+    @on(Input.Submitted, "#text")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        text = event.value.strip()
+        if not text:
+            self._error("Write the note first (what happened, and why).")
+            return
+        on_run = self.run_id is not None and self.query_one("#on-run", Checkbox).value
+        self.dismiss(NoteRequest(text, self.run_id if on_run else None))
+
+
+class HelpScreen(Dialog):
+    """The keys, with what each one records."""
+
+    BINDINGS = [
+        Binding("escape,q,question_mark", "cancel", "Close", id="help.close"),
+    ]
+
+    def __init__(self, keys: Sequence[KeyHelp]) -> None:
+        super().__init__()
+        self.keys = list(keys)
+
+    def compose(self) -> ComposeResult:
+        width = max(len(k.key) for k in self.keys) if self.keys else 1
+        lines = []
+        for key in self.keys:
+            line = Content.assemble((f"{key.key:>{width}}  ", "bold $accent"), (key.description, "bold"))
+            if key.detail:
+                line = Content.assemble(line, (f" — {key.detail}", ""))
+            lines.append(line)
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = "Keys"
+            yield Static(Content("\n").join(lines))
+            yield Static(
+                "Tab moves between the runs, the alerts and the GPUs; ↑↓ picks the run (s, n) or the alert (a).\n"
+                "In a dialog: Enter confirms, Esc cancels, Tab moves between fields.\n"
+                "Every decision is in runlog.jsonl (source \"key\") before the cockpit says so; "
+                "a write that fails is shown as an error and nothing is recorded.",
+                classes="dialog--hint",
+                markup=False,
+            )
+            yield Static("Esc, q or ? closes", classes="dialog--hint", markup=False)

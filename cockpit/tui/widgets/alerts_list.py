@@ -1,0 +1,84 @@
+"""Alerts, newest first, the unacknowledged ones marked until someone acknowledges them; the
+snapshot's notices (plan drift, unreadable lines…) follow, dimmed, as things to know."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from textual.content import Content
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from cockpit.snapshot import AlertView
+from cockpit.tui import format as fmt
+
+AlertKey = tuple[str, str | None, int | None]  # (rule, run, seq of the alert event)
+
+
+def alert_key(alert: AlertView) -> AlertKey:
+    return (alert.rule, alert.run, alert.seq)
+
+
+def _option_id(key: AlertKey) -> str:
+    rule, run, seq = key
+    return f"alert:{rule}:{run or ''}:{'' if seq is None else seq}"
+
+
+class AlertsList(OptionList):
+    DEFAULT_CSS = """
+    AlertsList {
+        height: 5;
+        padding: 0;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: tuple | None = None
+        self._alerts: dict[str, AlertView] = {}
+        self._acknowledged: set[AlertKey] = set()
+
+    def show(self, alerts: tuple[AlertView, ...], notices: tuple[str, ...], now: datetime, acknowledged: set[AlertKey]) -> None:
+        """Rebuild the options only when what they say changed; keep the highlighted alert."""
+        state = (alerts, notices, frozenset(acknowledged), now.date())
+        if state == self._shown:
+            return
+        self._shown = state
+        self._acknowledged = set(acknowledged)
+        highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
+        self._alerts = {_option_id(alert_key(a)): a for a in alerts}
+        options: list[Option] = []
+        for alert in alerts:
+            options.append(Option(self._prompt(alert, now), id=_option_id(alert_key(alert))))
+        if not alerts:
+            options.append(Option(Content.styled("no alerts", "$text-muted"), id="none", disabled=True))
+        for number, notice in enumerate(notices):
+            options.append(Option(Content.styled(f"i {notice}", "$text-muted"), id=f"notice:{number}", disabled=True))
+        self.set_options(options)
+        unacknowledged = sum(1 for a in alerts if not self.is_acknowledged(a))
+        self.border_title = f"alerts · {unacknowledged} unacknowledged" if unacknowledged else "alerts"
+        if highlighted is not None and highlighted in self._alerts:
+            self.highlighted = self.get_option_index(highlighted)
+        elif alerts:
+            self.highlighted = 0
+
+    def is_acknowledged(self, alert: AlertView) -> bool:
+        return alert.acknowledged or alert_key(alert) in self._acknowledged
+
+    @property
+    def selected_alert(self) -> AlertView | None:
+        option = self.highlighted_option
+        if option is None or option.id is None:
+            return None
+        return self._alerts.get(option.id)
+
+    def _prompt(self, alert: AlertView, now: datetime) -> Content:
+        when = fmt.local_time(alert.ts, now) if alert.ts else fmt.DASH
+        where = f"{alert.rule}" + (f" {alert.run}" if alert.run else "")
+        message = alert.message
+        if alert.run and message.startswith(f"{alert.run}: "):  # the run is already named before it
+            message = message[len(alert.run) + 2:]
+        if self.is_acknowledged(alert):
+            return Content.assemble(("  ", ""), (f"{when} {where}: {message} (acknowledged)", "$text-muted"))
+        mark_style = "$error bold" if alert.severity == "critical" else "$cockpit-alert bold"
+        return Content.assemble(("● ", mark_style), (f"{when} ", "$text-muted"), (where, "bold"), (f": {message}", ""))

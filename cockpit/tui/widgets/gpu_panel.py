@@ -1,0 +1,89 @@
+"""The GPUs of the lot, one row each, or why NVML is unavailable; a line on the host below.
+Simulated GPUs are labelled as such in the title, so nobody mistakes a demo for the box."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from cockpit.snapshot import GpuView, HostView, NvmlView
+from cockpit.tui.widgets.gpu_row import GpuRow
+from cockpit.tui.widgets.host_line import HostLine
+
+
+class GpuPanel(VerticalScroll):
+    DEFAULT_CSS = """
+    GpuPanel {
+        height: 100%;
+        padding: 0 1;
+        scrollbar-size-vertical: 1;
+    }
+    GpuPanel > #nvml-status { color: $warning; display: none; }
+    GpuPanel > #nvml-status.-shown { display: block; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._nvml: NvmlView | None = None
+        self._title: str | None = None
+        self._gpu_count = 0
+        self._rows: dict[str, GpuRow] = {}  # by widget id; kept here, not queried every second
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="nvml-status", markup=False)
+        yield HostLine(id="host")
+
+    def show(self, nvml: NvmlView, gpus: tuple[GpuView, ...], host: HostView | None) -> None:
+        simulated = nvml.simulated or any(g.simulated for g in gpus)
+        title = "GPU [reverse] SIMULATED [/]" if simulated else "GPU"
+        if title != self._title:
+            self._title = title
+            self.border_title = title
+            self.set_class(simulated, "-simulated")
+
+        if nvml != self._nvml:
+            self._nvml = nvml
+            status = self.query_one("#nvml-status", Static)
+            lines = []
+            if not nvml.available:
+                reason = (nvml.reason or "no reason given").strip()
+                if reason.lower().startswith("nvml unavailable"):  # the reason may already say so
+                    reason = reason.split(":", 1)[1].strip() if ":" in reason else ""
+                lines.append(f"NVML unavailable: {reason or 'no reason given'}")
+            lines.extend(nvml.warnings[:2])
+            status.update("\n".join(lines))
+            status.set_class(bool(lines), "-shown")
+
+        # GPUs are shown whenever the snapshot has some: simulated ones (the demo) come with NVML
+        # unavailable, and the reason stays above them.
+        rows = self._rows
+        wanted = {f"gpu-{g.index}" for g in gpus}
+        for key in [key for key in rows if key not in wanted]:
+            rows.pop(key).remove()
+        new_rows = []
+        for gpu in gpus:
+            row = rows.get(f"gpu-{gpu.index}")
+            if row is None:
+                row = rows[f"gpu-{gpu.index}"] = GpuRow(gpu)
+                new_rows.append(row)
+            else:
+                row.show(gpu)
+        if new_rows:
+            self.mount_all(new_rows, before="#host")
+        self._gpu_count = len(wanted)
+        self._fit_rows()
+
+        self.query_one(HostLine).show(host)
+
+    def on_resize(self) -> None:
+        self._fit_rows()
+
+    def _fit_rows(self) -> None:
+        """Two lines per GPU when they all fit, else one (8 GPUs at 80×24); scroll beyond that."""
+        height = self.content_size.height
+        status = self.query_one("#nvml-status", Static)
+        status_lines = status.outer_size.height if status.has_class("-shown") else 0
+        compact = height > 0 and self._gpu_count * 2 + 1 + status_lines > height
+        for row in self._rows.values():
+            row.set_compact(compact)

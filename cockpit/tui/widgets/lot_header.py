@@ -1,0 +1,95 @@
+"""The cockpit's top two lines: which campaign, on which lot (GPU model × count, duration, the lot's
+price, order reference, its end in local time), and how fresh the data on screen is."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import ClassVar
+
+from rich.text import Text
+
+from cockpit.snapshot import LotView
+from cockpit.tui import format as fmt
+from cockpit.tui.widgets.text_lines import TextLines
+
+
+class LotHeader(TextLines):
+    """Campaign and lot; the right side says when the last sample was taken, or why there is none."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "lot-header--campaign",
+        "lot-header--muted",
+        "lot-header--warning",
+        "lot-header--error",
+    }
+
+    DEFAULT_CSS = """
+    LotHeader {
+        height: 2;
+        padding: 0 1;
+        background: $panel;
+        color: $foreground;
+    }
+    LotHeader > .lot-header--campaign { text-style: bold; color: $accent; }
+    LotHeader > .lot-header--muted { color: $text-muted; }
+    LotHeader > .lot-header--warning { color: $warning; text-style: bold; }
+    LotHeader > .lot-header--error { color: $error; text-style: bold; }
+    """
+
+    def __init__(self, campaign_id: str, question: str | None = None, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._campaign_id = campaign_id
+        self._question = question
+        self._lot: LotView | None = None
+        self._now: datetime | None = None
+        self._status: tuple[str, str] = ("waiting for the first sample…", "muted")
+
+    def show_lot(self, lot: LotView, now: datetime) -> None:
+        if lot == self._lot and (self._now is not None and self._now.date() == now.date()):
+            return
+        self._lot, self._now = lot, now
+        self.update_lines()
+
+    def show_status(self, text: str, level: str = "muted") -> None:
+        """`level`: muted (all is well), warning (stale), error (the engine failed)."""
+        if (text, level) != self._status:
+            self._status = (text, level)
+            self.update_lines()
+
+    def build_lines(self, width: int) -> list[Text]:
+        campaign = self.component_style("lot-header--campaign")
+        muted = self.component_style("lot-header--muted")
+        status_text, level = self._status
+        if len(status_text) > 46:
+            status_text = status_text[:45] + "…"
+        status_style = self.component_style(f"lot-header--{level}")
+
+        first = Text(no_wrap=True, overflow="ellipsis", end="")
+        first.append(self._campaign_id, campaign)
+        question = self._lot.question if self._lot else self._question
+        if question:
+            first.append("  " + question, muted)
+
+        second = Text(no_wrap=True, overflow="ellipsis", end="")
+        lot = self._lot
+        if lot is not None:
+            parts = [
+                f"{lot.gpu_model} ×{lot.gpus}",
+                f"{lot.days} days",
+                fmt.money(lot.price_usd),
+            ]
+            if lot.order_ref:
+                parts.append(f"order {lot.order_ref}")  # the provider's reference, to quote in a ticket
+            second.append(" · ".join(parts))
+            if lot.end is not None:
+                second.append(" · ends ", muted)
+                second.append(fmt.local_time(lot.end, None, zone=True))
+            else:
+                second.append(" · no start date: the lot's end is unknown", muted)
+
+        status = Text(" " + status_text, status_style, no_wrap=True, end="")
+        room = max(0, width - status.cell_len)
+        if first.cell_len > room:
+            first.truncate(room, overflow="ellipsis")
+        first.append(" " * (room - first.cell_len))
+        return [first + status, second]

@@ -1,0 +1,851 @@
+"""The cockpit TUI, driven by keys as a person does at 80×24: every decision flow ends with a look
+at the run log, because the UI may only say "recorded" once the event is on disk.
+
+The engine is replaced by a fake source returning hand-built snapshots; the time zone is UTC and
+every time shown comes from the snapshot or an injected clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from cockpit.campaign import load_campaign
+from cockpit.runlog import RunLog, RunLogError, Transaction
+from cockpit.snapshot import (
+    AlertView,
+    ClockView,
+    GpuView,
+    HostView,
+    LotView,
+    NvmlView,
+    RunView,
+    Snapshot,
+)
+from cockpit.tui import format as fmt
+from cockpit.tui.app import CockpitApp
+from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, NoteScreen, StopScreen
+from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
+from rich.segment import Segment
+from textual.widgets import DataTable
+
+from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, LotHeader, RunsTable
+from cockpit.tui.widgets.gpu_row import VALUE_WIDTH
+from cockpit.tui.widgets.sparkline import sparkline
+
+NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)
+LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
+GIB = 2**30
+
+
+# ---------------------------------------------------------------- hand-built snapshots
+
+
+def make_gpu(index: int, *, utilization: float = 87.0, simulated: bool = False, lost: bool = False,
+             throttle: tuple[str, ...] = (), samples: int = 60) -> GpuView:
+    history = tuple(float((utilization + 3 * k) % 100) for k in range(samples))
+    return GpuView(
+        index=index, name="NVIDIA GeForce RTX 4090", utilization_percent=utilization,
+        memory_used_bytes=int(14.7 * GIB), memory_total_bytes=24 * GIB, temperature_c=71.0,
+        power_watts=320.0, power_limit_watts=450.0, throttle_reasons=throttle, lost=lost,
+        simulated=simulated, utilization_history=history, memory_history=tuple(61.0 for _ in range(samples)),
+    )
+
+
+def make_run(run_id: str, role: str = "variant", tier: str = "useful", state: str = "planned", **fields) -> RunView:
+    values = dict(
+        id=run_id, role=role, tier=tier, state=state, step=None, total_steps=20000, loss=None, quality=None,
+        last={}, eta=None, last_checkpoint_at=None, resume_verified=False, resume_verified_at=None,
+        pid=None, alive=None,
+    )
+    values.update(fields)
+    return RunView(**values)
+
+
+def seed_runs() -> tuple[RunView, ...]:
+    return (
+        make_run(
+            "ctrl-r1", "control", "indispensable", "running", step=12000, loss=0.4123, quality=0.712,
+            last={"step": 12000, "loss": 0.4123, "eval/macro_f1": 0.712}, pid=4242, alive=True,
+            eta=NOW + timedelta(hours=5), last_checkpoint_at=NOW - timedelta(minutes=12), resume_verified=True,
+        ),
+        make_run("v-r16"),
+        make_run("v-r64", tier="exploratory"),
+    )
+
+
+def make_snapshot(*, gpus: int = 1, nvml: bool = True, simulated: bool = False,
+                  runs: tuple[RunView, ...] | None = None, alerts: tuple[AlertView, ...] = (),
+                  notices: tuple[str, ...] = (), taken_at: datetime = NOW) -> Snapshot:
+    lot = LotView(
+        "sentiment-lora-2026-11", "Does a LoRA variant beat the control by 2 points macro-F1 on corpus v3?",
+        "RTX 4090", 1, 3, Decimal("47.14"), "IG-48113", LOT_START, LOT_START + timedelta(days=3),
+    )
+    clock = ClockView(
+        now=taken_at, started=True, elapsed_hours=26.5, remaining_hours=45.5, window_hours=72.0,
+        committed_hours=48.0, committed_remaining_hours=24.0, uncommitted_hours=24.0,
+        projected_finish=NOW + timedelta(hours=24), retrieval_hours=1.0, fits=True,
+    )
+    if nvml:
+        nvml_view = NvmlView(True, None, simulated=simulated)
+        gpu_views = tuple(make_gpu(i, simulated=simulated) for i in range(gpus))
+    else:
+        nvml_view = NvmlView(False, "libnvidia-ml.so not found (no NVIDIA driver installed on this machine)")
+        gpu_views = ()
+    host = HostView(12.0, 31 * GIB, 64 * GIB, 100 * GIB, 500 * GIB, 210 * GIB)
+    return Snapshot(taken_at, lot, clock, nvml_view, gpu_views, host, seed_runs() if runs is None else runs, alerts, notices)
+
+
+def stalled_alert(seq: int = 1) -> AlertView:
+    return AlertView("stalled", "ctrl-r1", "no metric line for 20 min while the run is alive", NOW - timedelta(minutes=3), seq)
+
+
+class FakeSource:
+    """A SnapshotSource: returns `snapshot` (swap it to simulate the engine moving on)."""
+
+    def __init__(self, snapshot: Snapshot, *, delay: float = 0.0, error: Exception | None = None):
+        self.snapshot = snapshot
+        self.delay = delay
+        self.error = error
+        self.ticks = 0
+        self.running = 0
+        self.max_running = 0
+        self._lock = threading.Lock()
+
+    def tick(self) -> Snapshot:
+        with self._lock:
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            self.ticks += 1
+            if self.error is not None:
+                raise self.error
+            return self.snapshot
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+@pytest.fixture(autouse=True)
+def utc_local_time(monkeypatch):
+    """Local times on screen are read in UTC here, whatever the machine running the tests says."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.fixture(autouse=True)
+def no_user_themes(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+
+_LOG_BEFORE: dict[Path, int] = {}
+
+
+def make_app(directory: Path, snapshot: Snapshot | None = None, source: FakeSource | None = None, **options) -> CockpitApp:
+    _LOG_BEFORE[directory] = len(events(directory))  # what the copy held before the cockpit ran
+    campaign = load_campaign(directory)
+    source = source or FakeSource(snapshot or make_snapshot())
+    options.setdefault("clock", lambda: NOW)
+    return CockpitApp(campaign, source, RunLog(directory), **options)
+
+
+async def until(pilot, condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the cockpit")
+        await pilot.pause(0.02)
+
+
+async def started(app: CockpitApp, pilot) -> None:
+    await until(pilot, lambda: app.snapshot is not None)
+    await pilot.pause()
+
+
+def events(directory: Path, kind: str | None = None) -> list[dict]:
+    found = RunLog(directory).read().events
+    return [e for e in found if kind is None or e["type"] == kind]
+
+
+def new_events(directory: Path) -> list[dict]:
+    """The events written since the app was made."""
+    return events(directory)[_LOG_BEFORE.get(directory, 0):]
+
+
+def notifications(app: CockpitApp) -> list:
+    return list(app._notifications)
+
+
+# ---------------------------------------------------------------- stop
+
+
+async def test_stop_with_a_rule_is_in_the_run_log(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s")
+        assert isinstance(app.screen, StopScreen)
+        await pilot.press("down", "enter")  # the first rule written for ctrl-r1: nan-loss
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+        await until(pilot, lambda: any("recorded" in n.title for n in notifications(app)))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["run"] == "ctrl-r1"
+    assert stop["rule"] == "nan-loss" and stop["reason"] is None
+    assert stop["source"] == "key"
+    assert stop["last"] == {"step": 12000, "loss": 0.4123, "eval/macro_f1": 0.712}
+    assert stop["signal"] == {"requested": False, "sent": False}
+    assert events(seed_campaign, "campaign_started"), "the first decision freezes the plan"
+
+
+async def test_stop_with_free_text(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter")  # "no rule" → the reason field
+        await pilot.press(*"plateau")
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["rule"] is None and stop["reason"] == "plateau" and stop["source"] == "key"
+
+
+async def test_stop_of_the_selected_run(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("down")  # v-r16
+        await pilot.press("s")
+        rules = [r.id for r in app.screen.rules]
+        assert rules[0] == "nan-loss" and rules.index("f1-floor") < len(rules)  # f1-floor is written for v-r16
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["run"] == "v-r16" and stop["last"] == {}
+
+
+async def test_stop_needs_a_rule_or_a_reason(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", "enter")  # no rule, empty reason
+        assert isinstance(app.screen, StopScreen)
+        assert "Pick a rule or write a reason" in str(app.screen.query_one(".dialog--error").render())
+        await pilot.press("escape")
+        await pilot.pause()
+    assert events(seed_campaign, "stop") == []
+
+
+async def test_cancelled_stop_records_nothing(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, StopScreen)
+        await app.workers.wait_for_complete()
+    assert new_events(seed_campaign) == []
+
+
+async def test_stop_with_sigterm_confirmed(seed_campaign):
+    sent: list[str] = []
+
+    def signal_run(run_id: str) -> dict:
+        sent.append(run_id)
+        return {"sent": True, "detail": "SIGTERM to pid 4242"}
+
+    app = make_app(seed_campaign, signal_run=signal_run)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert sent == [], "nothing is signalled before the second confirmation"
+        await pilot.press("y")
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+        await until(pilot, lambda: any("SIGTERM sent" in str(n.message) for n in notifications(app)))
+    (stop,) = events(seed_campaign, "stop")
+    assert sent == ["ctrl-r1"]
+    assert stop["signal"] == {"requested": True, "sent": True, "detail": "SIGTERM to pid 4242"}
+
+
+async def test_stop_without_sigterm_when_declined(seed_campaign):
+    sent: list[str] = []
+    app = make_app(seed_campaign, signal_run=lambda run_id: sent.append(run_id) or {"sent": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("enter")  # the default button is "Record only"
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    assert sent == []
+    assert events(seed_campaign, "stop")[0]["signal"] == {"requested": False, "sent": False}
+
+
+async def test_no_sigterm_offered_without_a_pid(seed_campaign):
+    runs = (replace(seed_runs()[0], pid=None),) + seed_runs()[1:]
+    app = make_app(seed_campaign, make_snapshot(runs=runs), signal_run=lambda run_id: {"sent": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down", "enter")
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+        assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_a_second_stop_of_a_run_is_refused_and_shown(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        for _ in range(2):
+            await pilot.press("s", "down", "enter")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
+        error = next(n for n in notifications(app) if n.severity == "error")
+        assert "already stopped" in error.message and "NOT recorded" in error.title
+    assert len(events(seed_campaign, "stop")) == 1
+
+
+async def test_failed_stop_write_is_shown_as_an_error(seed_campaign, monkeypatch):
+    def full_disk(self, type, **fields):
+        if type == "stop":
+            raise RunLogError("cannot write to runlog.jsonl: the disk is full; nothing was recorded")
+        return original(self, type, **fields)
+
+    original = Transaction.append
+    monkeypatch.setattr(Transaction, "append", full_disk)
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down", "enter")
+        await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
+        shown = notifications(app)
+    assert any("the disk is full" in n.message and "NOT recorded" in n.title for n in shown)
+    assert not any("recorded in the run log" == n.title for n in shown)
+    assert events(seed_campaign, "stop") == []
+
+
+# ---------------------------------------------------------------- pilot decision, note, acknowledgement
+
+
+async def test_pilot_decision_with_a_note(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("d")
+        assert isinstance(app.screen, DecisionScreen)
+        await pilot.press("down", "tab")  # drop-optional, then the note
+        await pilot.press(*"v-r64 weak")
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "pilot_decision"))
+    (decision,) = events(seed_campaign, "pilot_decision")
+    assert decision["decision"] == "drop-optional" and decision["note"] == "v-r64 weak"
+    assert decision["source"] == "key" and decision["run"] == "ctrl-r1"
+
+
+async def test_pilot_decision_continue_by_enter(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("d", "enter")
+        await until(pilot, lambda: events(seed_campaign, "pilot_decision"))
+    assert events(seed_campaign, "pilot_decision")[0]["decision"] == "continue"
+
+
+async def test_note_on_the_campaign(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n")
+        assert isinstance(app.screen, NoteScreen)
+        await pilot.press(*"setup 6h")
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+    (note,) = events(seed_campaign, "note")
+    assert note["text"] == "setup 6h" and note["run"] is None and note["source"] == "key"
+
+
+async def test_note_on_the_selected_run(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", "tab", "space", "shift+tab")  # tick "about run ctrl-r1", back to the text
+        await pilot.press(*"relaunch")
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+    assert events(seed_campaign, "note")[0]["run"] == "ctrl-r1"
+
+
+async def test_no_blinking_cursor_when_animations_are_off(seed_campaign):
+    app = make_app(seed_campaign)
+    app.animation_level = "none"  # what TEXTUAL_ANIMATIONS=none sets
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n")
+        assert app.screen.query_one("#text").cursor_blink is False
+
+
+async def test_q_types_in_a_dialog_instead_of_quitting(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"quiq")
+        assert app.is_running and isinstance(app.screen, NoteScreen)
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+    assert events(seed_campaign, "note")[0]["text"] == "quiq"
+
+
+async def test_failed_note_write_is_shown_and_nothing_is_pretended(seed_campaign, monkeypatch):
+    def refuse(self, type, **fields):
+        raise RunLogError(f"cannot write to {self.path}: Permission denied; nothing was recorded")
+
+    monkeypatch.setattr(RunLog, "append", refuse)
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"late")
+        await pilot.press("enter")
+        await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
+        shown = notifications(app)
+    error = next(n for n in shown if n.severity == "error")
+    assert "Permission denied" in error.message and error.title == "NOT recorded: note"
+    assert not any(n.title == "recorded in the run log" for n in shown)
+    assert events(seed_campaign, "note") == []
+
+
+async def test_acknowledge_the_selected_alert(seed_campaign):
+    alert_event = RunLog(seed_campaign).append("alert", rule="stalled", run="ctrl-r1", message="no metric line for 20 min")
+    snapshot = make_snapshot(alerts=(stalled_alert(alert_event["seq"]),))
+    app = make_app(seed_campaign, snapshot, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        assert alerts.selected_alert is not None and not alerts.is_acknowledged(alerts.selected_alert)
+        assert "1 unacknowledged" in str(alerts.border_title)
+        await pilot.press("a")
+        await until(pilot, lambda: events(seed_campaign, "ack"))
+        await until(pilot, lambda: alerts.is_acknowledged(alerts.selected_alert))
+        assert "unacknowledged" not in str(alerts.border_title)
+        await pilot.press("a")  # again: nothing more is written
+        await pilot.pause()
+    (ack,) = events(seed_campaign, "ack")
+    assert ack["rule"] == "stalled" and ack["run"] == "ctrl-r1" and ack["alert_seq"] == alert_event["seq"]
+    assert ack["source"] == "key"
+
+
+async def test_acknowledge_an_alert_the_log_does_not_hold_is_refused(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(99),)), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("a")
+        await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
+        assert not app.query_one(AlertsList).is_acknowledged(stalled_alert(99))
+    assert events(seed_campaign, "ack") == []
+
+
+# ---------------------------------------------------------------- alerts, bell, polling
+
+
+async def test_a_new_alert_rings_the_bell_once(seed_campaign):
+    source = FakeSource(make_snapshot())
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05)
+    rings: list[int] = []
+    app.bell = lambda: rings.append(1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert rings == []
+        source.snapshot = make_snapshot(alerts=(stalled_alert(),))
+        await until(pilot, lambda: rings)
+        ticks = source.ticks
+        await until(pilot, lambda: source.ticks >= ticks + 3)  # the same alert again: no new ring
+        assert rings == [1]
+        toast = next(n for n in notifications(app) if n.title.startswith("alert"))
+        assert toast.title == "alert: stalled on ctrl-r1" and toast.severity == "warning"
+    assert new_events(seed_campaign) == []  # the view never writes alerts itself
+
+
+async def test_no_bell_when_turned_off(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False)
+    rings: list[int] = []
+    app.bell = lambda: rings.append(1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert any(n.title.startswith("alert") for n in notifications(app))
+    assert rings == []
+
+
+async def test_polls_never_overlap(seed_campaign):
+    source = FakeSource(make_snapshot(), delay=0.1)
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.01)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: source.ticks >= 4)
+    assert source.max_running == 1
+
+
+async def test_polls_pause_while_a_dialog_is_open(seed_campaign):
+    source = FakeSource(make_snapshot())
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n")
+        await pilot.pause(0.1)
+        ticks = source.ticks
+        await pilot.pause(0.3)
+        assert source.ticks <= ticks + 1  # at most the one already under way
+        assert app.query_one(LotHeader)._status[0] == "updates paused while a dialog is open"
+        await pilot.press("escape")
+        await until(pilot, lambda: source.ticks >= ticks + 3)
+
+
+async def test_an_engine_failure_is_shown_and_retried(seed_campaign):
+    source = FakeSource(make_snapshot(), error=OSError("metrics folder vanished"))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.01)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
+        assert app.is_running
+        assert "engine failed" in app.query_one(LotHeader)._status[0]
+        source.error = None
+        await until(pilot, lambda: app.snapshot is not None, timeout=10)
+        await until(pilot, lambda: app.query_one(LotHeader)._status[0].startswith("sampled"))
+
+
+async def test_a_stale_snapshot_is_called_stale(seed_campaign):
+    clock = [NOW]
+    app = make_app(seed_campaign, clock=lambda: clock[0])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        clock[0] = NOW + timedelta(minutes=2)
+        app._check_freshness()
+        assert app.query_one(LotHeader)._status == ("no new sample for 2m", "warning")
+
+
+async def test_the_cockpit_leaves_when_its_terminal_is_gone(seed_campaign, tmp_path):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        app._check_terminal()
+        assert app.is_running  # headless: nothing to watch
+        app._terminal = str(tmp_path / "pts-7")  # as if /dev/pts/7 vanished with the SSH session
+        app._check_terminal()
+        await until(pilot, lambda: not app.is_running)
+    assert app.return_code == 1
+
+
+# ---------------------------------------------------------------- in-place updates
+
+
+async def test_runs_table_updates_only_changed_cells(seed_campaign, monkeypatch):
+    source = FakeSource(make_snapshot())
+    app = make_app(seed_campaign, source=source)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(RunsTable)
+        await pilot.press("down")  # the cursor on v-r16 must stay there
+        updated: list[tuple[str, str]] = []
+        original = RunsTable.update_cell
+        monkeypatch.setattr(RunsTable, "update_cell", lambda self, row, column, value, **kw: (updated.append((row, column)), original(self, row, column, value, **kw)))
+        monkeypatch.setattr(RunsTable, "clear", lambda self, columns=False: pytest.fail("the live table is never cleared"))
+        first = seed_runs()[0]
+        moved = replace(first, step=12500, loss=0.4011, last={"step": 12500, "loss": 0.4011, "eval/macro_f1": 0.712})
+        app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+        await pilot.pause()
+        assert sorted(updated) == [("ctrl-r1", "loss"), ("ctrl-r1", "step")]
+        assert table.get_cell("ctrl-r1", "step").plain == "12.5k/20k"
+        assert table.selected_run_id == "v-r16"
+        updated.clear()
+        app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+        assert updated == []  # the same snapshot again touches nothing
+        app.apply_snapshot(make_snapshot(runs=(moved, seed_runs()[1])))  # v-r64 left the plan
+        await pilot.pause()
+        assert table.row_count == 2 and table.selected_run_id == "v-r16"
+
+
+async def test_fast_cell_rendering_draws_what_datatable_draws(seed_campaign):
+    long_id = make_run("a-run-with-a-very-long-identifier", state="failed", loss=float("nan"))
+    app = make_app(seed_campaign, make_snapshot(runs=seed_runs() + (long_id,)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(RunsTable)
+        base = table.rich_style
+        for row in range(table.row_count):
+            for column, spec in enumerate(table.ordered_columns):
+                for cursor in (False, True):
+                    ours = RunsTable._render_cell(table, row, column, base, spec.get_render_width(table), cursor)
+                    textual = DataTable._render_cell(table, row, column, base, spec.get_render_width(table), cursor)
+                    assert [list(Segment.simplify(line)) for line in ours] == [list(Segment.simplify(line)) for line in textual], (row, column, cursor)
+
+
+async def test_role_and_tier_join_when_the_terminal_grows(seed_campaign, monkeypatch):
+    runs = seed_runs() + (make_run("v-short-context-lr3e4", state="running", step=120),)
+    app = make_app(seed_campaign, make_snapshot(runs=runs))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(RunsTable)
+        monkeypatch.setattr(RunsTable, "clear", lambda self, columns=False: pytest.fail("the live table is never cleared"))
+        keys = lambda: [column.key.value for column in table.columns.values()]  # noqa: E731
+        run_width = lambda: next(c.width for c in table.columns.values() if c.key.value == "run")  # noqa: E731
+        # 80 columns: the progress columns all fit, without a sideways scroll; a long id is cut
+        assert "role" not in keys() and "resume" in keys()
+        assert table.virtual_size.width <= table.size.width and run_width() < len("v-short-context-lr3e4")
+        await pilot.press("down")
+        await pilot.resize_terminal(120, 40)
+        await pilot.pause()
+        assert keys()[-2:] == ["role", "tier"] and run_width() == len("v-short-context-lr3e4")
+        assert table.get_cell("v-r64", "tier").plain == "exploratory"
+        assert table.selected_run_id == "v-r16"
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert "tier" not in keys() and table.selected_run_id == "v-r16"
+        app.apply_snapshot(make_snapshot(runs=runs))  # and the live updates go on as before
+        assert table.get_cell("ctrl-r1", "step").plain == "12k/20k"
+
+
+async def test_clock_says_when_the_plan_passes_the_window(seed_campaign):
+    over = replace(make_snapshot().clock, committed_hours=78.0, uncommitted_hours=-6.0, fits=False)
+    app = make_app(seed_campaign, replace(make_snapshot(), clock=over))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        panel = app.query_one("#clock")
+        lines = [panel.render_line(y).text for y in range(panel.size.height)]
+    assert lines[0].startswith("elapsed") and lines[0].rstrip().endswith("26.5 h")
+    assert "78.0 h" in lines[1] and "over by 6.0 h" in lines[3] and "PAST LOT END" in lines[4]
+
+
+async def test_clock_before_the_lot_starts(seed_campaign):
+    early = LOT_START - timedelta(hours=30)
+    waiting = replace(
+        make_snapshot().clock, now=early, started=False, elapsed_hours=None, remaining_hours=None,
+        projected_finish=LOT_START + timedelta(hours=48), message="the lot has not started",
+    )
+    app = make_app(seed_campaign, replace(make_snapshot(taken_at=early), clock=waiting))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        panel = app.query_one("#clock")
+        lines = [panel.render_line(y).text for y in range(panel.size.height)]
+    assert "starts in 30h00m · uncommitted 24.0 h" in lines[3]
+    assert "finish Wed 08:00 · fits" in lines[4]
+
+
+async def test_sparklines_follow_each_new_sample(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        row = app.query_one("#gpu-0", GpuRow)
+        newest = lambda: row.render_line(0).text[row.size.width - VALUE_WIDTH - 1]  # noqa: E731
+        assert newest() == "▅"  # 64 %
+        history = make_gpu(0).utilization_history
+        app.apply_snapshot(replace(make_snapshot(), gpus=(replace(make_gpu(0), utilization_history=history[1:] + (100.0,)),)))
+        await pilot.pause()
+        assert row.gpu.utilization_history[-1] == 100.0 and newest() == "█"
+
+
+def test_sparkline_scale_is_fixed():
+    from rich.style import Style
+
+    low, high = Style(dim=True), Style(bold=True)
+    assert sparkline((96.0, 97.0, 98.0), 5, low, high).plain == "  ███"  # busy stays busy
+    assert sparkline((0.0, 1.0, 50.0, 100.0), 4, low, high).plain == " ▁▄█"
+    assert sparkline(tuple(float(v) for v in range(100)), 3, low, high).plain == "███"  # newest samples only
+
+
+async def test_nvml_unavailable_says_why_and_the_rest_works(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(nvml=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        panel = app.query_one(GpuPanel)
+        assert "NVML unavailable: libnvidia-ml.so not found" in str(panel.query_one("#nvml-status").render())
+        assert not panel.query("GpuRow")
+        assert app.query_one(RunsTable).row_count == 3
+
+
+async def test_simulated_gpus_are_labelled(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(gpus=2, simulated=True))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert "SIMULATED" in str(app.query_one(GpuPanel).border_title)
+
+
+async def test_simulated_gpus_where_nvml_is_unavailable_show_both(seed_campaign):
+    nvml = NvmlView(False, "turned off by COCKPIT_NVML=off — the demo shows SIMULATED GPUs, not measurements", simulated=True)
+    snapshot = replace(make_snapshot(), nvml=nvml, gpus=(make_gpu(0, simulated=True),))
+    app = make_app(seed_campaign, snapshot)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        panel = app.query_one(GpuPanel)
+        assert "SIMULATED" in str(panel.border_title)
+        assert "NVML unavailable: turned off by COCKPIT_NVML=off" in str(panel.query_one("#nvml-status").render())
+        assert len(panel.query(GpuRow)) == 1
+
+
+async def test_lost_gpu_and_throttling_are_named(seed_campaign):
+    gpus = (make_gpu(0, throttle=("SW power cap",)), make_gpu(1, lost=True))
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=gpus))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        shown = lambda row: [row.render_line(y).text for y in range(row.size.height)]  # noqa: E731
+        assert "slowed: SW power cap" in shown(app.query_one("#gpu-0", GpuRow))[2]
+        lost = shown(app.query_one("#gpu-1", GpuRow))
+        assert "lost" in lost[0] and "GPU 1 lost: its runs are not computing" in lost[1]
+
+
+async def test_eight_gpus_fit_one_line_each_at_80x24(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(gpus=8))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause()
+        rows = list(app.query("GpuRow"))
+        assert len(rows) == 8 and all(row.compact and row.size.height == 1 for row in rows)
+    app = make_app(seed_campaign, make_snapshot(gpus=2))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        await pilot.pause()
+        assert not any(row.compact for row in app.query("GpuRow"))
+
+
+# ---------------------------------------------------------------- themes, help, quit
+
+
+async def test_theme_cycle(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert app.theme == "dark"
+        seen = []
+        for _ in range(3):
+            await pilot.press("t")
+            seen.append(app.theme)
+    assert seen == ["light", "mono", "dark"]
+    assert new_events(seed_campaign) == []
+
+
+async def test_no_color_picks_the_monochrome_theme(seed_campaign, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(seed_campaign)
+    assert app.theme == "mono"
+
+
+async def test_an_invalid_user_theme_falls_back_with_a_notification(seed_campaign, tmp_path):
+    folder = tmp_path / "config" / "cockpit" / "themes"
+    folder.mkdir(parents=True)
+    (folder / "neon.toml").write_text('name = "neon"\nprimary = "glowing"\n')
+    (folder / "paper.toml").write_text('name = "paper"\nprimary = "#333333"\ndark = false\nbackground = "#ffffff"\n')
+    app = make_app(seed_campaign, theme="neon")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert app.theme == "dark"
+        errors = [n for n in notifications(app) if n.severity == "error"]
+        assert len(errors) == 1 and "theme 'neon' is invalid" in errors[0].message and "glowing" in errors[0].message
+        assert "paper" in app.theme_catalog.names  # a valid user theme joins the cycle
+        await pilot.press("t", "t", "t")
+        assert app.theme == "paper"
+
+
+def test_theme_files_are_checked():
+    shipped = discover_themes()
+    assert shipped.names[:3] == ["dark", "light", "mono"] and not shipped.problems
+    assert shipped.themes["mono"].ansi and not shipped.themes["light"].dark
+
+
+@pytest.mark.parametrize(
+    "text, complaint",
+    [
+        ('primary = "#fff"\nsparkle = 1\n', "unknown key sparkle"),
+        ('name = "x"\n', "primary is required"),
+        ('primary = "#fff"\n[variables]\ncockpit-alert = "loud"\n', "variables.cockpit-alert"),
+        ('primary = [1]\n', "must be a colour string"),
+        ('primary = "#fff"\ndark = "yes"\n', "dark must be true or false"),
+        ("primary = \n", "not valid TOML"),
+    ],
+)
+def test_bad_theme_files_say_what_is_wrong(tmp_path, text, complaint):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ThemeFileError) as error:
+        load_theme_file(path)
+    assert complaint in str(error.value) and str(path) in str(error.value)
+
+
+async def test_help_lists_every_key(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        listed = {key.key for key in app.screen.keys}
+        assert listed == {"s", "d", "a", "n", "t", "?", "q"}
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+    bindings = [b for b in CockpitApp.BINDINGS]
+    assert all(b.id and b.description for b in bindings)
+    assert next(b for b in bindings if b.key == "q").priority
+
+
+async def test_quit(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("q")
+        await pilot.pause()
+        assert not app.is_running
+    assert app.return_code == 0
+    assert new_events(seed_campaign) == []
+
+
+async def test_quit_waits_for_a_write_under_way(seed_campaign, monkeypatch):
+    original = RunLog.append
+
+    def slow(self, type, **fields):
+        time.sleep(0.3)
+        return original(self, type, **fields)
+
+    monkeypatch.setattr(RunLog, "append", slow)
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"late", "enter")
+        await pilot.press("q")
+        await until(pilot, lambda: not app.is_running)
+    assert [e["text"] for e in events(seed_campaign, "note")] == ["late"]
+
+
+# ---------------------------------------------------------------- formatting and the command
+
+
+def test_formats_fit_the_columns():
+    assert fmt.step(12000, 20000) == "12k/20k" and fmt.step(950, None) == "950"
+    assert fmt.metric(float("nan")) == "NaN" and fmt.metric(0.41234) == "0.4123"
+    assert fmt.duration(45.5) == "45h30m" and fmt.duration(0.5) == "30m" and fmt.duration(300) == "12d 12h"
+    assert fmt.age(42) == "42s" and fmt.age(3 * 3600 + 300) == "3h05m"
+    assert fmt.money(Decimal("47.14")) == "47.14 USD"
+    assert fmt.local_time(NOW + timedelta(hours=2), NOW) == "12:30"
+    assert fmt.local_time(NOW + timedelta(days=2), NOW) == "Thu 10:30"
+    assert fmt.local_time(LOT_START + timedelta(days=3), None, zone=True) == "Thu 03 Dec 08:00 UTC"
+
+
+def test_unknown_theme_is_a_usage_error_listing_the_themes(cli, seed_campaign):
+    result = cli(str(seed_campaign), "--theme", "neon")
+    assert result.returncode == 2
+    assert "no theme 'neon'" in result.stderr and "dark, light, mono" in result.stderr
+
+
+def test_without_a_terminal_the_cockpit_points_to_status(cli, seed_campaign):
+    result = cli(str(seed_campaign))
+    assert result.returncode == 2
+    assert "needs a terminal" in result.stderr and "cockpit status" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_campaign_is_a_finding(cli, tmp_path):
+    result = cli(str(tmp_path / "nowhere"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
