@@ -529,8 +529,8 @@ class SimulatedGpus:
     """The demo's stand-in where NVML is unavailable: simulated figures, labelled as such, and the
     real reason NVML is unavailable kept beside them — never passed off as measurements."""
 
-    def __init__(self, count: int, name: str, reason: str | None):
-        self._fake = FakeGpus(count, name=f"{name} (simulated)")
+    def __init__(self, count: int, name: str, reason: str | None, **figures: Any):
+        self._fake = FakeGpus(count, name=f"{name} (simulated)", **figures)
         self._reason = reason or "NVML unavailable"
 
     def sample(self) -> GpuSnapshot:
@@ -542,12 +542,12 @@ class SimulatedGpus:
         self._fake.close()
 
 
-def live_gpus(interval: float = 1.0, *, simulate: int | None = None, name: str = "GPU") -> GpuSampler:
+def live_gpus(interval: float = 1.0, *, simulate: int | None = None, name: str = "GPU", **figures: Any) -> GpuSampler:
     """A started background sampler over NVML; with `simulate`, simulated GPUs where NVML is unavailable."""
     source: Any = env_nvml_source()
     if simulate:
         probe = source.sample()
         if not probe.available:
             source.close()
-            source = SimulatedGpus(simulate, name, probe.reason)
+            source = SimulatedGpus(simulate, name, probe.reason, **figures)
     return GpuSampler(source, interval=interval).start()

@@ -258,3 +258,22 @@ def test_an_alert_the_disk_refuses_is_still_shown_marked_unrecorded(seed_campaig
     assert all(a.seq is None and "NOT RECORDED" in a.message for a in snapshot.alerts)
     assert any("the disk is full" in n for n in snapshot.notices)
     assert alert_events(seed_campaign) == []
+
+
+def test_the_demo_simulates_gpus_only_where_nvml_is_unavailable_and_says_so(monkeypatch):
+    from cockpit.engine import live_gpus
+
+    monkeypatch.setenv("COCKPIT_NVML", "off")
+    sampler = live_gpus(interval=0.05, simulate=1, name="RTX 4090", memory_total_bytes=24 * 2**30, power_limit_w=450.0)
+    try:
+        deadline = time.time() + 5
+        snapshot = sampler.latest()
+        while not snapshot.samples and time.time() < deadline:
+            time.sleep(0.05)
+            snapshot = sampler.latest()
+    finally:
+        sampler.close()
+    assert snapshot.available is False and snapshot.simulated is True
+    assert snapshot.reason.startswith("NVML unavailable: turned off by COCKPIT_NVML=off") and "SIMULATED" in snapshot.reason
+    (gpu,) = snapshot.samples
+    assert gpu.simulated and gpu.name == "RTX 4090 (simulated)" and gpu.memory_total_bytes == 24 * 2**30

@@ -58,7 +58,10 @@ def run(args) -> int:
     from cockpit.engine import Engine, live_gpus
 
     try:
-        engine = Engine(campaign, gpus=live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model))
+        # the demo's lot is an RTX 4090: simulated figures in its range (24 GB, 450 W), labelled simulated
+        gpus = live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model,
+                         memory_total_bytes=24 * 2**30, power_limit_w=450.0)
+        engine = Engine(campaign, gpus=gpus)
         return run_app(campaign, engine, theme=args.theme, bell=True, themes=themes)
     finally:
         alive = [p for p in processes if p.poll() is None]

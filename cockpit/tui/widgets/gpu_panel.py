@@ -50,6 +50,8 @@ class GpuPanel(VerticalScroll):
                 reason = (nvml.reason or "no reason given").strip()
                 if reason.lower().startswith("nvml unavailable"):  # the reason may already say so
                     reason = reason.split(":", 1)[1].strip() if ":" in reason else ""
+                if gpus:  # simulated GPUs follow: the reason's first clause, so their rows keep room
+                    reason = reason.split(" — ")[0].split(" (")[0]
                 lines.append(f"NVML unavailable: {reason or 'no reason given'}")
             lines.extend(nvml.warnings[:2])
             status.update("\n".join(lines))
