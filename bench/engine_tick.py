@@ -27,9 +27,11 @@ from cockpit.engine import Engine  # noqa: E402
 from cockpit.gpu import FakeGpus  # noqa: E402
 
 
-def campaign_text(runs: int, gpus: int, start: datetime) -> str:
+def campaign_text(runs: int, gpus: int, start: datetime, *, days: int = 30, total_steps: int = 1_000_000,
+                  campaign_id: str = "bench") -> str:
+    """A campaign of `runs` runs spread over `gpus` GPUs with one stop rule of each kind."""
     head = f"""schema = 1
-id = "bench"
+id = "{campaign_id}"
 [closing]
 metric = "eval/acc"
 direction = "max"
@@ -37,7 +39,7 @@ threshold = 0.8
 [lot]
 gpu_model = "bench GPU"
 gpus = {gpus}
-days = 30
+days = {days}
 price_usd = "999.00"
 start = {start.strftime('%Y-%m-%dT%H:%M:%SZ')}
 [calendar]
@@ -70,7 +72,7 @@ kind = "stalled"
 minutes = 30
 """
     body = "".join(
-        f'\n[[run]]\nid = "r{i}"\nrole = "{"control" if i == 0 else "variant"}"\nhours = 10\ngpus = [{i % gpus}]\ntotal_steps = 1000000\n'
+        f'\n[[run]]\nid = "r{i}"\nrole = "{"control" if i == 0 else "variant"}"\nhours = 10\ngpus = [{i % gpus}]\ntotal_steps = {total_steps}\n'
         for i in range(runs)
     )
     return head + body

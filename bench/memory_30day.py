@@ -40,6 +40,9 @@ from cockpit.campaign import load_campaign  # noqa: E402
 from cockpit.engine import Engine  # noqa: E402
 from cockpit.gpu import FakeGpus  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import engine_tick  # noqa: E402  (its campaign)
+
 THIRTY_DAYS_S = 30 * 24 * 3600
 TARGET_MB = 150.0
 LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -63,64 +66,9 @@ class SimulatedTime:
         return self.seconds
 
 
-class Latest:
-    def __init__(self, source):
-        self.source = source
-
-    def latest(self):
-        return self.source.sample()
-
-    def close(self):
-        pass
-
-
 def campaign_text(runs: int, gpus: int) -> str:
-    head = f"""schema = 1
-id = "memory-30-days"
-[closing]
-metric = "eval/acc"
-direction = "max"
-threshold = 0.8
-[lot]
-gpu_model = "bench GPU"
-gpus = {gpus}
-days = 31
-price_usd = "999.00"
-start = {LOT_START.strftime('%Y-%m-%dT%H:%M:%SZ')}
-[calendar]
-retrieval_hours = 2
-warn_before_end_hours = [6, 1]
-[[stop_rule]]
-id = "nan"
-kind = "non_finite"
-metric = "loss"
-[[stop_rule]]
-id = "floor"
-kind = "below"
-metric = "eval/acc"
-threshold = 0.01
-after_step = 10
-[[stop_rule]]
-id = "blowup"
-kind = "above"
-metric = "loss"
-threshold = 1000
-[[stop_rule]]
-id = "trunc"
-kind = "truncated"
-[[stop_rule]]
-id = "resume"
-kind = "no_resume"
-within_hours = 2
-[[stop_rule]]
-id = "stalled"
-kind = "stalled"
-minutes = 30
-"""
-    return head + "".join(
-        f'\n[[run]]\nid = "r{i}"\nrole = "{"control" if i == 0 else "variant"}"\nhours = 10\ngpus = [{i % gpus}]\ntotal_steps = 100000000\n'
-        for i in range(runs)
-    )
+    """The engine benchmark's campaign, over a 31-day lot so 30 days of ticks stay inside it."""
+    return engine_tick.campaign_text(runs, gpus, LOT_START, days=31, total_steps=100_000_000, campaign_id="memory-30-days")
 
 
 def rss_mb() -> float:
@@ -163,7 +111,7 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
     try:
         clock = SimulatedTime(LOT_START + timedelta(minutes=5))
         handles = make_campaign(folder, runs, gpus, clock)
-        engine = Engine(load_campaign(folder), clock=clock, gpus=Latest(FakeGpus(gpus, clock=clock)), monotonic=clock.monotonic)
+        engine = Engine(load_campaign(folder), clock=clock, gpus=FakeGpus(gpus, clock=clock), monotonic=clock.monotonic)
         samples: list[tuple[int, float]] = []
         blocks: list[tuple[int, float]] = []
         started = time.perf_counter()
@@ -213,7 +161,7 @@ def whole_stream(days: int) -> dict:
     try:
         clock = SimulatedTime(LOT_START + timedelta(minutes=5))
         handle = make_campaign(folder, 1, 1, clock)[0]
-        engine = Engine(load_campaign(folder), clock=clock, gpus=Latest(FakeGpus(1, clock=clock)), monotonic=clock.monotonic)
+        engine = Engine(load_campaign(folder), clock=clock, gpus=FakeGpus(1, clock=clock), monotonic=clock.monotonic)
         engine.tick()
         per_day: list[float] = []
         step = 0

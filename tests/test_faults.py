@@ -29,30 +29,15 @@ import pytest
 from cockpit import decisions
 from cockpit.campaign import load_campaign
 from cockpit.engine import Engine, terminate_run_of
-from cockpit.gpu import GpuSampler, GpuSnapshot, NvmlSource
+from cockpit.gpu import GpuSampler, NvmlSource
 from cockpit.procs import HostProcesses
 from cockpit.runlog import RunLog
 from tests.conftest import ROOT, run_cli
+from tests.test_engine import Clock, NoGpus
 from tests.test_gpu import FakeNvml, gpu_spec
 
 LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COCKPIT_NVML": "off", "NO_COLOR": "1"}
-
-
-class NoGpus:
-    def latest(self) -> GpuSnapshot:
-        return GpuSnapshot(available=False, reason="NVML unavailable: turned off by COCKPIT_NVML=off")
-
-    def close(self) -> None:
-        pass
-
-
-class Clock:
-    def __init__(self, moment: datetime):
-        self.moment = moment
-
-    def __call__(self) -> datetime:
-        return self.moment
 
 
 def stream_lines(records) -> str:
