@@ -48,6 +48,7 @@ from cockpit.runlog import (
 )
 
 CLOSING_DIR = "closing"
+CLOSE_SOURCE = "close"  # the source of the `rejected` events a closing records
 SUMMARY_SCHEMA = 1
 CENT = Decimal("0.01")
 
@@ -841,7 +842,14 @@ def verify_deliverable(
             )
         else:
             verdict.set("run_not_stopped", True, f"run '{deliverable.run}' was not stopped")
-    person_rejection = next((e for e in reversed(state.rejected) if e.get("deliverable") == deliverable.id), None)
+    person_rejection = next(
+        (
+            e for e in reversed(state.rejected)
+            # a closing's own record of its verdict is not a person's rejection: a fixed file passes the next closing
+            if e.get("deliverable") == deliverable.id and e.get("source") != CLOSE_SOURCE
+        ),
+        None,
+    )
     if person_rejection is not None:
         reason = person_rejection.get("reason") or person_rejection.get("text") or "no reason given"
         verdict.set("not_rejected_by_person", False, f"rejected by {person_rejection.get('who', 'a person')}: {reason}")
@@ -1424,6 +1432,8 @@ def close_campaign(
         event = closed[-1] if closed and closed[-1].get("summary_sha256") == content_sha else None
         recorded = event is None
         if event is None:
+            for rejection in body["rejections"]:  # each verdict in the register, then the closing
+                tx.append("rejected", deliverable=rejection["deliverable"], cause=rejection["cause"], source=CLOSE_SOURCE)
             event = tx.append(
                 "closed",
                 accepted=body["accepted"],

@@ -647,3 +647,18 @@ def test_temp_roots_from_the_environment():
     assert temp_roots_from_env({"TMPDIR": "/scratch/tmp"})[-1] == "/scratch/tmp"
     assert temp_roots_from_env({TEMP_ROOTS_ENV: "/a:/b", "TMPDIR": "/c"}) == ("/a", "/b")
     assert temp_roots_from_env({TEMP_ROOTS_ENV: ""}) == ()
+
+
+def test_a_closing_records_each_rejection_and_a_fixed_file_passes_the_next_one(tmp_path):
+    directory = make_campaign(tmp_path, deliverable("preds", "out/preds.jsonl"))
+    first = close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert first.exit_code == 1
+    events = RunLog(directory).read().events
+    rejected = [e for e in events if e["type"] == "rejected"]
+    assert [(e["deliverable"], e["source"]) for e in rejected] == [("preds", "close")]
+    assert "does not exist" in rejected[0]["cause"]
+    assert events[-1]["type"] == "closed"
+    write(directory, "out/preds.jsonl", predictions(IDS))
+    second = close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert second.exit_code == 0 and verdict(second, "preds").accepted
+    assert [e["type"] for e in RunLog(directory).read().events].count("rejected") == 1
