@@ -33,6 +33,7 @@ from cockpit.runlog import (
     alert_key,
     ensure_started,
     frozen_plan_text,
+    iso,
     plan_drift,
     state_dir,
     utc_now,
@@ -212,6 +213,8 @@ class Engine:
             result = stream.poll(observer)
             changed = changed or bool(result.lines) or result.reset
 
+        self._log_run_starts(recorded)
+
         run_pids = {
             run_id: stream.track.started["pid"]
             for run_id, stream in self.streams.items()
@@ -263,6 +266,30 @@ class Engine:
         self._unsaved = self._unsaved or changed or bool(triggers)
         self._save(force=bool(triggers))
         return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded)
+
+    def _log_run_starts(self, recorded: RecordedState) -> None:
+        """`run_started` once for each `started` event a run reported (a restart is a new start)."""
+        logged = {(e.get("run"), e.get("metric_ts")) for e in recorded.runs_started}
+        new = [
+            (run_id, stream.track.started)
+            for run_id, stream in self.streams.items()
+            if stream.track.started and (run_id, _ts_text(stream.track.started.get("ts"))) not in logged
+        ]
+        if not new:
+            return
+        try:
+            with self.log.transaction() as tx:
+                logged |= {(e.get("run"), e.get("metric_ts")) for e in tx.read().events if e["type"] == "run_started"}
+                for run_id, started in new:
+                    ts = _ts_text(started.get("ts"))
+                    if (run_id, ts) not in logged:
+                        tx.append("run_started", run=run_id, pid=started.get("pid"),
+                                  config_sha256=started.get("config_sha256"), metric_ts=ts)
+        except RunLogError as error:
+            if str(error) not in self.notices:
+                self.notices.append(str(error))
+            return
+        self._follow_log()
 
     def _auto_stop(self, trigger: Trigger) -> None:
         track = self.streams[trigger.run_id].track
@@ -463,6 +490,11 @@ class Engine:
             alerts=alerts,
             notices=tuple(dict.fromkeys(notices)),
         )
+
+
+def _ts_text(seconds: Any) -> str | None:
+    moment = seconds_to_datetime(seconds) if isinstance(seconds, (int, float)) else None
+    return iso(moment) if moment else None
 
 
 def _parse(text: Any) -> datetime | None:

@@ -277,3 +277,20 @@ def test_the_demo_simulates_gpus_only_where_nvml_is_unavailable_and_says_so(monk
     assert snapshot.reason.startswith("NVML unavailable: turned off by COCKPIT_NVML=off") and "SIMULATED" in snapshot.reason
     (gpu,) = snapshot.samples
     assert gpu.simulated and gpu.name == "RTX 4090 (simulated)" and gpu.memory_total_bytes == 24 * 2**30
+
+
+def test_each_reported_start_is_logged_once_as_run_started(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=5)).timestamp()
+    seed_streams(seed_campaign, t0)
+    for _ in range(2):
+        engine = make_engine(seed_campaign, now)
+        engine.tick()
+        engine.tick()
+    starts = [e for e in RunLog(seed_campaign).read().events if e["type"] == "run_started"]
+    assert sorted(e["run"] for e in starts) == ["ctrl-r1", "v-r16", "v-r64"]
+    assert all(e["pid"] == 4_000_000 and e["config_sha256"] for e in starts)
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": t0 + 60, "event": "started", "pid": 4_000_001, "config_sha256": "a" * 64}])
+    engine.tick()
+    restarts = [e for e in RunLog(seed_campaign).read().events if e["type"] == "run_started" and e["run"] == "ctrl-r1"]
+    assert [e["pid"] for e in restarts] == [4_000_000, 4_000_001]
