@@ -10,7 +10,7 @@ from typing import Any
 
 from cockpit.campaign import Campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import RecordedState, RunLog, ensure_started
+from cockpit.runlog import RecordedState, RunLog, RunLogError, ensure_started
 
 PILOT_DECISIONS = ("continue", "drop-optional", "revise")
 
@@ -76,10 +76,21 @@ def record_stop(
                 "nothing was recorded. A relaunch after a fix deserves a new run id (§4); "
                 "to add an explanation, record a note on the run"
             )
-        outcome: dict[str, Any] = {"requested": signal is not None, "sent": False}
-        if signal is not None:
-            outcome.update(signal())
-        return tx.append("stop", run=run_id, rule=rule, reason=reason, source=source, last=last or {}, signal=outcome)
+        # The stop is on disk before any signal leaves: a SIGTERM is never sent for a stop the disk refused.
+        stop = tx.append(
+            "stop", run=run_id, rule=rule, reason=reason, source=source, last=last or {},
+            signal={"requested": signal is not None, "sent": False},
+        )
+        if signal is None:
+            return stop
+        outcome = signal()
+        try:
+            tx.append("signal", run=run_id, stop_seq=stop["seq"], **outcome)
+        except RunLogError as error:
+            sent = "SIGTERM was sent" if outcome.get("sent") else "no signal was sent"
+            raise RunLogError(f"the stop was recorded (seq {stop['seq']}) and {sent}, but that outcome could not be written: {error}") from None
+        stop["signal"] = {**stop["signal"], **outcome}
+        return stop
 
 
 def record_decision(

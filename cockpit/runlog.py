@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import getpass
+import hashlib
 import json
 import math
 import os
@@ -296,6 +297,11 @@ class RecordedState:
                 record = AlertRecord(event)
                 state.alerts.append(record)
                 open_alerts[record.key] = record
+            elif kind == "signal":  # what a stop's SIGTERM did, written once the stop was on disk
+                stop = next((s for s in state.stops if s.get("seq") == event.get("stop_seq")), None)
+                if stop is not None:
+                    outcome = {k: v for k, v in event.items() if k not in ("seq", "ts", "type", "run", "who", "stop_seq")}
+                    stop["signal"] = {**(stop.get("signal") or {}), **outcome}
             elif kind == "ack":
                 record = open_alerts.pop(alert_key(event), None)
                 if record is not None:
@@ -335,40 +341,66 @@ def frozen_plan_text(directory: str | Path) -> str | None:
         return None
 
 
+def _freeze(campaign: Any) -> str:
+    """Write campaign.toml's text to .cockpit/plan.toml (atomically) unless a plan is frozen already;
+    return the frozen text."""
+    frozen = frozen_plan_text(campaign.directory)
+    if frozen is not None:
+        return frozen
+    try:
+        folder = state_dir(campaign.directory)
+        temporary = folder / (FROZEN_PLAN + ".tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                handle.write(campaign.text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, folder / FROZEN_PLAN)
+        finally:
+            if temporary.exists():
+                temporary.unlink()
+    except OSError as error:
+        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+        raise RunLogError(
+            f"cannot freeze the plan into {STATE_DIR}/{FROZEN_PLAN}: {reason}; the campaign is not started and nothing was recorded"
+        ) from None
+    return campaign.text
+
+
 def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
     """Freeze the plan and log `campaign_started` the first time the campaign is used live.
 
-    Returns the new event, or None when the campaign had already started. Under the run log's
-    lock, so two cockpits starting at once freeze it once.
+    Returns the new event, or None when the run log already holds one. Decided from the run log
+    itself, under its lock: two cockpits starting at once log it once, and a start whose event
+    could not be written (a full disk) is logged by the next one — with the plan frozen first.
     """
+    if log.path.exists() and _starts_with_campaign_started(log):
+        return None  # the common case, without taking the lock
     with log.transaction() as tx:
-        if frozen_plan_path(campaign.directory).exists():
+        if any(e["type"] == "campaign_started" for e in tx.read().events):
             return None
-        try:
-            folder = state_dir(campaign.directory)
-            temporary = folder / (FROZEN_PLAN + ".tmp")
-            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-            try:
-                with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                    handle.write(campaign.text)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.replace(temporary, folder / FROZEN_PLAN)
-            finally:
-                if temporary.exists():
-                    temporary.unlink()
-        except OSError as error:
-            reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-            raise RunLogError(
-                f"cannot freeze the plan into {STATE_DIR}/{FROZEN_PLAN}: {reason}; the campaign is not started and nothing was recorded"
-            ) from None
+        plan = _freeze(campaign)
         return tx.append(
             "campaign_started",
             campaign=campaign.id,
-            plan_sha256=campaign.sha256,
+            plan_sha256=hashlib.sha256(plan.encode("utf-8")).hexdigest(),
             plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
-            plan=campaign.text,
+            plan=plan,
         )
+
+
+def _starts_with_campaign_started(log: RunLog) -> bool:
+    """Whether the first well-formed event is `campaign_started` (it is seq 1 whenever it exists)."""
+    try:
+        with open(log.path, "rb") as handle:
+            for line in handle:
+                event = _decode(line) if line.strip() else None
+                if event is not None:
+                    return event["type"] == "campaign_started"
+    except OSError:
+        return False
+    return False
 
 
 def plan_drift(campaign: Any) -> str | None:

@@ -45,3 +45,44 @@ def test_pilot_decision_carries_the_pilot_run(seed_campaign):
     assert event["run"] == "ctrl-r1" and event["decision"] == "revise"
     with pytest.raises(UsageError):
         decisions.record_decision(campaign, log, "maybe", source="key")
+
+
+def test_no_signal_leaves_for_a_stop_the_disk_refused(seed_campaign, monkeypatch):
+    import errno
+
+    from cockpit import runlog as runlog_module
+    from cockpit.runlog import RunLogError
+
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    decisions.start(campaign, log)
+    sent = []
+    monkeypatch.setattr(runlog_module.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full")))
+    with pytest.raises(RunLogError, match="nothing was recorded"):
+        decisions.record_stop(campaign, log, "ctrl-r1", reason="x", source="cli", signal=lambda: sent.append(1) or {"sent": True})
+    monkeypatch.undo()
+    assert sent == [] and log.replay().stops == []
+
+
+def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monkeypatch):
+    import errno
+    import os
+
+    from cockpit import runlog as runlog_module
+    from cockpit.runlog import RunLogError, ensure_started
+
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    real, calls = os.fsync, []
+
+    def second_fails(fd):
+        calls.append(fd)
+        if len(calls) == 2:  # the plan froze, the run log's append did not
+            raise OSError(errno.ENOSPC, "full")
+        real(fd)
+
+    monkeypatch.setattr(runlog_module.os, "fsync", second_fails)
+    with pytest.raises(RunLogError):
+        ensure_started(campaign, log)
+    monkeypatch.undo()
+    event = ensure_started(campaign, log)
+    assert event is not None and event["type"] == "campaign_started" and event["plan"] == campaign.text
+    assert ensure_started(campaign, log) is None

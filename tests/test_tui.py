@@ -275,8 +275,11 @@ async def test_stop_with_sigterm_confirmed(seed_campaign):
         await until(pilot, lambda: events(seed_campaign, "stop"))
         await until(pilot, lambda: any("SIGTERM sent" in str(n.message) for n in notifications(app)))
     (stop,) = events(seed_campaign, "stop")
+    (outcome,) = events(seed_campaign, "signal")
     assert sent == ["ctrl-r1"]
-    assert stop["signal"] == {"requested": True, "sent": True, "detail": "SIGTERM to pid 4242"}
+    assert stop["signal"] == {"requested": True, "sent": False}  # on disk before the signal left
+    assert (outcome["stop_seq"], outcome["sent"]) == (stop["seq"], True)
+    assert RunLog(seed_campaign).replay().stop_of("ctrl-r1")["signal"] == {"requested": True, "sent": True, "detail": "SIGTERM to pid 4242"}
 
 
 async def test_stop_without_sigterm_when_declined(seed_campaign):

@@ -108,6 +108,8 @@ def _summary(event: dict[str, Any]) -> str:
         return str(event.get("deliverable")) + (f" — {event['cause']}" if event.get("cause") else "")
     if kind == "note":
         return str(event.get("text"))
+    if kind == "signal":
+        return str(event.get("detail") or ("SIGTERM sent" if event.get("sent") else "no signal sent"))
     if kind in ("alert", "ack"):
         return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
     skip = {"seq", "ts", "type", "run", "who", "source"}
