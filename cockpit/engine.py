@@ -27,6 +27,7 @@ from cockpit.metrics import STATE_FILE, MetricsStream, RunTrack, last_metrics, l
 from cockpit.procs import HostProcesses
 from cockpit.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.runlog import (
+    STATE_DIR,
     RecordedState,
     RunLog,
     RunLogError,
@@ -34,6 +35,7 @@ from cockpit.runlog import (
     ensure_started,
     frozen_plan_text,
     iso,
+    parse_ts,
     plan_drift,
     state_dir,
     utc_now,
@@ -101,8 +103,11 @@ class Engine:
         self._log_offset = 0
         self._events: list[dict[str, Any]] = []
         self._recorded = RecordedState()
-        self._acks_applied = 0
         self._bad_log_lines = 0
+        self._unwritten: list[_Pending] = []  # alerts the run log refused (a full disk), retried each tick
+        self._stops_due: list[Trigger] = []  # auto-stops not yet recorded, likewise
+        self._standing: set[str] = set()  # standing conditions (window, lost GPU) present at the last tick
+        self._rearmed: set[str] = set()  # standing conditions that cleared since they were logged
 
         try:
             ensure_started(campaign, self.log)
@@ -124,7 +129,7 @@ class Engine:
 
     @property
     def _state_path(self) -> Path:
-        return state_dir(self.directory) / STATE_FILE
+        return self.directory / STATE_DIR / STATE_FILE  # created when first saved, not when read
 
     def _frozen_plan(self) -> Campaign:
         """The plan as frozen at the start: the clock measures against it, not today's file."""
@@ -153,6 +158,7 @@ class Engine:
         if not force and self._saved_at is not None and now - self._saved_at < SAVE_EVERY_SECONDS:
             return
         try:
+            state_dir(self.directory)
             save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
         except OSError as error:
             notice = (
@@ -178,26 +184,42 @@ class Engine:
                     self.evaluator.acknowledge(str(event.get("rule")), str(event["run"]))
         return self._recorded
 
+    def _to_log(self, pending: list[_Pending], events: list[dict[str, Any]]) -> tuple[list[_Pending], list[_Pending]]:
+        """(alerts to write, alerts already logged for the same line of the same file), given the log's events."""
+        open_keys = {a.key for a in RecordedState.from_events(events).active_alerts} if events is not self._events else {
+            a.key for a in self._recorded.active_alerts
+        }
+        logged_lines = {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in events if e["type"] == "alert"}
+        ever_keys = {key for key, _, _ in logged_lines}
+        keep: list[_Pending] = []
+        repeated: list[_Pending] = []
+        for item in pending:
+            if item.key in open_keys:
+                continue
+            if item.line is not None and (item.key, item.fields.get("stream_inode"), item.line) in logged_lines:
+                repeated.append(item)  # the same line of the same file, re-read after the saved state was lost
+                continue
+            if item.fields.get("once") and item.key in ever_keys and item.key not in self._rearmed:
+                continue  # a standing condition (a window threshold, a lost GPU): said once while it holds
+            keep.append(item)
+            open_keys.add(item.key)
+        return keep, repeated
+
     def _log_alerts(self, pending: list[_Pending]) -> list[dict[str, Any]]:
-        """Append each alert not already open (or already logged for the same line), under one lock."""
-        if not pending:
+        """Append each alert not already open (nor logged for the same line); the lock is taken only
+        when the run log as followed so far leaves something to write."""
+        keep, repeated = self._to_log(pending, self._events)
+        for item in repeated:  # not logged twice, but the rule must not stay silenced for later lines
+            self.evaluator.acknowledge(str(item.fields.get("rule")), str(item.fields.get("run")))
+        if not keep:
             return []
         written = []
-        with self.log.transaction() as tx:
-            recorded = tx.read().events
-            open_keys = {a.key for a in RecordedState.from_events(recorded).active_alerts}
-            ever = {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in recorded if e["type"] == "alert"}
-            ever_keys = {k for k, _, _ in ever}
-            for item in pending:
-                if item.key in open_keys:
-                    continue
-                if item.line is not None and (item.key, item.fields.get("stream_inode"), item.line) in ever:
-                    continue  # the same line of the same file, re-read after the saved state was lost
-                if item.fields.get("once") and item.key in ever_keys:
-                    continue  # a standing condition (a window threshold, a lost GPU): said once
+        with self.log.transaction() as tx:  # checked again under the lock: another cockpit may have logged it
+            keep, _ = self._to_log(keep, tx.read().events)
+            for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
                 written.append(tx.append("alert", key=item.key, **fields))
-                open_keys.add(item.key)
+                self._rearmed.discard(item.key)
         return written
 
     # ------------------------------------------------------------ one tick
@@ -244,24 +266,38 @@ class Engine:
         ]
         for alert in gpu_snapshot.alerts:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
-            pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": alert.rule == "gpu-lost"}))
+            pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": True}))
+        standing = {p.key for p in pending if p.fields.get("once")}
+        self._rearmed |= self._standing - standing  # a condition that cleared may be said again
+        self._standing = standing
+
+        # Alerts the disk refused earlier come first: kept and retried until they are on disk.
+        seen = {(p.key, p.line) for p in self._unwritten}
+        pending = self._unwritten + [p for p in pending if (p.key, p.line) not in seen]
         unrecorded: list[_Pending] = []
         try:
             if self._log_alerts(pending):
                 recorded = self._follow_log()
+            self._unwritten = []
         except RunLogError as error:
             # Shown all the same, marked: an alert the disk refused must not vanish from the screen.
-            unrecorded = [p for p in pending if p.key not in {a.key for a in recorded.active_alerts}]
+            unrecorded = self._unwritten = [p for p in pending if p.key not in {a.key for a in recorded.active_alerts}]
             if str(error) not in self.notices:
                 self.notices.append(str(error))
 
-        for trigger in triggers:
-            if trigger.action == "stop" and recorded.stop_of(trigger.run_id) is None:
-                try:
-                    self._auto_stop(trigger)
-                except RunLogError as error:
-                    self.notices.append(f"{trigger.run_id}: the stop rule {trigger.rule_id} could not be recorded: {error}")
-                recorded = self._follow_log()
+        self._stops_due += [t for t in triggers if t.action == "stop"]
+        due, self._stops_due = self._stops_due, []
+        for trigger in due:
+            if recorded.stop_of(trigger.run_id) is not None:
+                continue
+            try:
+                self._auto_stop(trigger)
+            except RunLogError as error:
+                self._stops_due.append(trigger)  # retried next tick: a stop rule is not dropped by a full disk
+                message = f"{trigger.run_id}: the stop rule {trigger.rule_id} could not be recorded yet: {error}"
+                if message not in self.notices:
+                    self.notices.append(message)
+            recorded = self._follow_log()
 
         self._unsaved = self._unsaved or changed or bool(triggers)
         self._save(force=bool(triggers))
@@ -365,7 +401,7 @@ class Engine:
         return tuple(views)
 
     def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded=()) -> Snapshot:
-        campaign, lot = self.campaign, self.campaign.lot
+        campaign, lot = self.campaign, self.plan.lot  # the lot as frozen at the start, like the clock
         notices = list(self.notices)
         process_map = self.host.map_gpu_processes(gpu_snapshot.samples, run_pids, [r.id for r in campaign.runs])
         for message in process_map.messages:
@@ -451,7 +487,7 @@ class Engine:
                 gpu_model=lot.gpu_model,
                 gpus=lot.gpu_count,
                 days=lot.days,
-                price_usd=campaign.price,
+                price_usd=self.plan.price,
                 order_ref=lot.order_ref,
                 start=lot.start,
                 end=lot.end,
@@ -498,8 +534,6 @@ def _ts_text(seconds: Any) -> str | None:
 
 
 def _parse(text: Any) -> datetime | None:
-    from cockpit.runlog import parse_ts
-
     return parse_ts(text) if isinstance(text, str) else None
 
 

@@ -294,3 +294,60 @@ def test_each_reported_start_is_logged_once_as_run_started(seed_campaign):
     engine.tick()
     restarts = [e for e in RunLog(seed_campaign).read().events if e["type"] == "run_started" and e["run"] == "ctrl-r1"]
     assert [e["pid"] for e in restarts] == [4_000_000, 4_000_001]
+
+
+def test_an_alert_the_disk_refused_stays_shown_and_is_written_once_there_is_room(seed_campaign):
+    import errno
+
+    from cockpit import runlog as runlog_module
+
+    now = LOT_START + timedelta(hours=1)
+    write_stream(seed_campaign, "ctrl-r1", ['{"ts": %f, "step": 2, "loss": NaN}' % (now.timestamp() - 300)])
+    engine = make_engine(seed_campaign, now, signal_runs=False)
+    real = runlog_module.os.fsync
+    runlog_module.os.fsync = lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, "full"))
+    try:
+        for _ in range(2):
+            assert [a.rule for a in engine.tick().alerts] == ["nan-loss"]
+    finally:
+        runlog_module.os.fsync = real
+    snapshot = engine.tick()
+    assert [(a.rule, a.seq is not None) for a in snapshot.alerts] == [("nan-loss", True)]
+    engine.tick()
+    assert [e["rule"] for e in alert_events(seed_campaign)] == ["nan-loss"]
+
+
+def test_a_line_read_again_does_not_silence_the_rule_for_later_lines(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = now.timestamp() - 300
+    write_stream(seed_campaign, "ctrl-r1", ['{"ts": %f, "step": 2, "loss": NaN}' % t0])
+    engine = make_engine(seed_campaign, now, signal_runs=False)
+    engine.tick()
+    engine.close()
+    decisions.acknowledge(load_campaign(seed_campaign), RunLog(seed_campaign), "nan-loss", "ctrl-r1", source="key")
+    (seed_campaign / ".cockpit" / "metrics-state.json").unlink()
+    engine = make_engine(seed_campaign, now, signal_runs=False)
+    engine.tick()  # line 1 read again: not logged twice
+    write_stream(seed_campaign, "ctrl-r1", ['{"ts": %f, "step": 3, "loss": NaN}' % (t0 + 1)])
+    engine.tick()
+    assert [e["line"] for e in alert_events(seed_campaign) if e["rule"] == "nan-loss"] == [1, 2]
+
+
+def test_standing_window_alerts_do_not_lock_and_read_the_run_log_every_tick(seed_campaign, monkeypatch):
+    clock = Clock(LOT_START + timedelta(hours=70))
+    engine = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus())
+    engine.tick()
+    engine.tick()
+    taken = []
+    real = RunLog.transaction
+    monkeypatch.setattr(RunLog, "transaction", lambda self: taken.append(1) or real(self))
+    for second in range(20):
+        clock.moment += timedelta(seconds=1)
+        engine.tick()
+    assert taken == []
+
+
+def test_status_with_a_file_named_cockpit_answers_plainly(seed_campaign):
+    (seed_campaign / ".cockpit").write_text("not a folder")
+    result = run_cli("status", str(seed_campaign))
+    assert result.returncode in (0, 1) and "internal error" not in result.stderr and "Traceback" not in result.stderr

@@ -12,7 +12,7 @@ from cockpit.campaign import load_campaign
 from cockpit.engine import Engine, env_nvml_source
 from cockpit.errors import UsageError
 from cockpit.gpu import GpuSampler
-from cockpit.runlog import parse_ts
+from cockpit.runlog import parse_ts, utc_now
 from cockpit.snapshot import Snapshot, to_json
 
 
@@ -118,8 +118,6 @@ def status(args) -> int:
 def watch(args) -> int:
     if not args.headless:
         raise UsageError("`watch` runs without a UI and needs --headless; the cockpit's screen is `cockpit DIR`")
-    if args.interval <= 0:
-        raise UsageError(f"--interval must be a positive number of seconds (got {args.interval:g})")
     campaign = load_campaign(args.dir)
     sampler = GpuSampler(env_nvml_source(), interval=max(1.0, args.interval)).start()
     engine = Engine(campaign, gpus=sampler)
@@ -130,14 +128,26 @@ def watch(args) -> int:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     print(f"watching {campaign.id} every {args.interval:g} s; alerts and auto-stops go to {engine.log.path}", flush=True)
-    seen: set[int] = set()
+    said: set[object] = set()  # alert seqs, unrecorded alert keys, notices and errors already printed
+
+    def say_once(key: object, text: str) -> None:
+        if key not in said:
+            said.add(key)
+            print(text, flush=True)
+
     try:
         while not stopping.is_set():
-            snapshot = engine.tick()
+            try:
+                snapshot = engine.tick()
+            except Exception as error:  # a watcher runs for days: one bad tick is said, not fatal
+                say_once(("error", str(error)), f"{_local(utc_now())}  ERROR {type(error).__name__}: {error}; still watching")
+                stopping.wait(max(args.interval, 5.0))
+                continue
             for alert in reversed(snapshot.alerts):
-                if alert.seq is not None and alert.seq not in seen:
-                    seen.add(alert.seq)
-                    print(f"{_local(alert.ts)}  ALERT [{alert.rule}] {alert.message}", flush=True)
+                key = alert.seq if alert.seq is not None else ("unrecorded", alert.key)
+                say_once(key, f"{_local(alert.ts)}  ALERT [{alert.rule}] {alert.message}")
+            for notice in snapshot.notices:
+                say_once(("notice", notice), f"note: {notice}")
             stopping.wait(args.interval)
     finally:
         engine.close()
