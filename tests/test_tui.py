@@ -34,7 +34,7 @@ from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
 from rich.segment import Segment
 from textual.widgets import DataTable
 
-from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, LotHeader, RunsTable
+from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, HostLine, LotHeader, RunsTable
 from cockpit.tui.widgets.gpu_row import VALUE_WIDTH
 from cockpit.tui.widgets.sparkline import sparkline
 
@@ -852,3 +852,41 @@ def test_without_a_terminal_the_cockpit_points_to_status(cli, seed_campaign):
 def test_missing_campaign_is_a_finding(cli, tmp_path):
     result = cli(str(tmp_path / "nowhere"))
     assert result.returncode == 1 and "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------- alerts of one rule without a run
+
+
+async def test_two_window_alerts_ring_the_bell_once(seed_campaign):
+    six = AlertView("lot-window", None, "the lot ends in 5 h", NOW, 10, key="lot-window:6h")
+    one = AlertView("lot-window", None, "the lot ends in 59 min", NOW, 20, key="lot-window:1h")
+    source = FakeSource(make_snapshot(alerts=(one, six)))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05)
+    rings = []
+    app.bell = lambda: rings.append(1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        ticks = source.ticks
+        await until(pilot, lambda: source.ticks >= ticks + 5)
+    assert len(rings) == 1
+
+
+async def test_two_unrecorded_window_alerts_are_both_listed(seed_campaign):
+    six = AlertView("lot-window", None, "ends in 5 h (NOT RECORDED)", NOW, None, severity="critical", key="lot-window:6h")
+    one = AlertView("lot-window", None, "ends in 59 min (NOT RECORDED)", NOW, None, severity="critical", key="lot-window:1h")
+    source = FakeSource(make_snapshot(alerts=(one, six)))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause(0.2)
+        assert app.return_code is None and app.query_one(AlertsList).option_count >= 2
+
+
+async def test_two_power_capped_gpus_keep_the_host_line_in_view_at_80x24(seed_campaign):
+    snapshot = replace(make_snapshot(gpus=2), gpus=(make_gpu(0, throttle=("SW power cap",)), make_gpu(1, throttle=("SW power cap",))))
+    app = make_app(seed_campaign, snapshot, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause(0.2)
+        panel = app.query_one(GpuPanel)
+        assert panel.content_region.contains_region(app.query_one(HostLine).region)

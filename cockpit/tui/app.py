@@ -46,7 +46,7 @@ from cockpit.tui.screens import (
 )
 from cockpit.tui.themes import DEFAULT_THEME, ThemeCatalog, default_theme_name, discover_themes
 from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
-from cockpit.tui.widgets.alerts_list import AlertKey, alert_key
+from cockpit.tui.widgets.alerts_list import AlertKey, alert_ident, alert_key
 
 SOURCE = "key"
 MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
@@ -112,7 +112,7 @@ class CockpitApp(App[None]):
         self._polling = False
         self._poll_timer: Timer | None = None
         self._source_error: str | None = None
-        self._previous_alerts: dict[tuple[str, str | None], int | None] | None = None
+        self._previous_alerts: dict[str, int | None] | None = None
         self._acknowledged: set[AlertKey] = set()
         self._startup_notices: list[tuple[str, str]] = []
 
@@ -268,9 +268,9 @@ class CockpitApp(App[None]):
         new = [
             a for a in alerts
             if not a.acknowledged
-            and ((a.rule, a.run) not in previous or (a.seq is not None and previous[(a.rule, a.run)] not in (None, a.seq)))
+            and (alert_ident(a) not in previous or (a.seq is not None and previous[alert_ident(a)] not in (None, a.seq)))
         ]
-        self._previous_alerts = {(a.rule, a.run): a.seq for a in alerts}
+        self._previous_alerts = {alert_ident(a): a.seq for a in alerts}
         if not new:
             return
         for alert in new[:MAX_ALERT_TOASTS]:

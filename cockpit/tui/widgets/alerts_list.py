@@ -12,16 +12,22 @@ from textual.widgets.option_list import Option
 from cockpit.snapshot import AlertView
 from cockpit.tui import format as fmt
 
-AlertKey = tuple[str, str | None, int | None]  # (rule, run, seq of the alert event)
+AlertKey = tuple[str, int | None]  # (the engine's alert key, seq of the alert event)
+
+
+def alert_ident(alert: AlertView) -> str:
+    """What makes an alert itself: the engine's key ("lot-window:6h", "nan-loss|v-r16"), so two
+    alerts of one rule without a run (two window thresholds, two lost GPUs) stay apart."""
+    return alert.key or f"{alert.rule}|{alert.run or ''}"
 
 
 def alert_key(alert: AlertView) -> AlertKey:
-    return (alert.rule, alert.run, alert.seq)
+    return (alert_ident(alert), alert.seq)
 
 
 def _option_id(key: AlertKey) -> str:
-    rule, run, seq = key
-    return f"alert:{rule}:{run or ''}:{'' if seq is None else seq}"
+    ident, seq = key
+    return f"alert:{ident}:{'' if seq is None else seq}"
 
 
 class AlertsList(OptionList):
@@ -40,7 +46,7 @@ class AlertsList(OptionList):
 
     def show(self, alerts: tuple[AlertView, ...], notices: tuple[str, ...], now: datetime, acknowledged: set[AlertKey]) -> None:
         """Rebuild the options only when what they say changed; keep the highlighted alert."""
-        state = (alerts, notices, frozenset(acknowledged), now.date())
+        state = (alerts, notices, frozenset(acknowledged), fmt.local(now).date())  # the local day: times say "HH:MM" only for today
         if state == self._shown:
             return
         self._shown = state

@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from cockpit.snapshot import GpuView, HostView, NvmlView
-from cockpit.tui.widgets.gpu_row import GpuRow
+from cockpit.tui.widgets.gpu_row import GpuRow, problem_text
 from cockpit.tui.widgets.host_line import HostLine
 
 
@@ -86,6 +86,8 @@ class GpuPanel(VerticalScroll):
         height = self.content_size.height
         status = self.query_one("#nvml-status", Static)
         status_lines = status.outer_size.height if status.has_class("-shown") else 0
-        compact = height > 0 and self._gpu_count * 2 + 1 + status_lines > height
+        # a lost or slowed GPU takes a third line (a power cap is common on a loaded GPU)
+        needed = sum((1 if row.gpu.lost else 2) + bool(problem_text(row.gpu)) for row in self._rows.values())
+        compact = height > 0 and needed + 1 + status_lines > height
         for row in self._rows.values():
             row.set_compact(compact)
