@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.calendar import schedule
+from cockpit.errors import Finding
 from cockpit.campaign import Campaign, CampaignError, Deliverable, load_campaign, read_campaign_text
 from cockpit.metrics import MetricsStream, format_value, seconds_to_datetime
 from cockpit.runlog import (
@@ -1327,6 +1328,9 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
             f"{', '.join(variants_reached)} reached {metric} {sign} {limit} "
             f"({'; '.join(shown(r) for r in variants if r['reached'])})"
         )
+    elif variants and not any(r["reached"] is not None for r in variants):
+        # nothing measured is not a negative result: the campaign cannot say either way
+        text = f"inconclusive: no variant reported {metric} ({'; '.join(shown(r) for r in variants)})"
     elif variants:
         text = (
             f"no variant reached {limit} ({metric} {sign} {limit}: "
@@ -1347,7 +1351,8 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
         )
     return {
         "metric": metric, "direction": direction, "threshold": threshold, "runs": runs, "reached": reached,
-        "variants_reached": variants_reached, "negative": not variants_reached if variants else None,
+        "variants_reached": variants_reached,
+        "negative": (not variants_reached) if any(r["reached"] is not None for r in variants) else None,
         "text": text, "warning": warning,
     }
 
@@ -1427,6 +1432,8 @@ def close_campaign(
     state = RecordedState.from_events(read.events)
     body, verdicts, source = _body(campaign, state, read.bad_lines, temp_roots, reload_timeout)
     content_sha = _canonical_sha(body)
+    folder = campaign.directory / CLOSING_DIR
+    _check_writable(folder)  # before anything is recorded: `closed` never points at a folder that cannot be written
     with log.transaction() as tx:  # two closings at once record one event for one content
         closed = [e for e in tx.read().events if e["type"] == "closed"]
         event = closed[-1] if closed and closed[-1].get("summary_sha256") == content_sha else None
@@ -1446,13 +1453,28 @@ def close_campaign(
     closed_at = parse_ts(event["ts"]) or now
     summary = _with_times(body, campaign, closed_at=closed_at, generated_at=now)
     summary["summary_sha256"] = content_sha
-    folder = campaign.directory / CLOSING_DIR
     runlog_bytes = _read_bytes(log.path)
     closing = _assemble(campaign, summary, verdicts, source, manifest_files=runlog_bytes)
     closing.closed_event = event
     closing.recorded = recorded
-    _write_folder(folder, closing, runlog_bytes)
+    try:
+        _write_folder(folder, closing, runlog_bytes)
+    except OSError as error:
+        raise Finding(
+            f"the closing is recorded (seq {event['seq']}) but {folder} could not be written: "
+            f"{error.strerror or error}; free the space or fix the folder and run `cockpit close` again"
+        ) from None
     return closing
+
+
+def _check_writable(folder: Path) -> None:
+    probe = folder / ".write-test"
+    try:
+        folder.mkdir(mode=0o750, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise Finding(f"cannot write the closing folder {folder}: {error.strerror or error}; nothing was recorded") from None
 
 
 def _read_bytes(path: Path) -> bytes:

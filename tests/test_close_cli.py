@@ -86,7 +86,7 @@ def test_close_with_nothing_accepted_shows_the_cost_and_the_causes(seed_campaign
     assert "undefined: 0 deliverables accepted; the lot cost 47.14 USD" in result.stdout
     assert "missing: out/ctrl-r1/predictions.jsonl does not exist" in result.stdout
     assert "3.10 USD  object storage" in result.stdout
-    assert "no variant reached 0.80" in result.stdout
+    assert "inconclusive: no variant reported eval/macro_f1" in result.stdout  # nothing measured is no negative result
     assert "4 of 4 deliverables rejected" in result.stderr
     report = (seed_campaign / "closing" / "report.md").read_text()
     assert "undefined: 0 deliverables accepted; the lot cost 47.14 USD" in report

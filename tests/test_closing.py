@@ -662,3 +662,19 @@ def test_a_closing_records_each_rejection_and_a_fixed_file_passes_the_next_one(t
     second = close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
     assert second.exit_code == 0 and verdict(second, "preds").accepted
     assert [e["type"] for e in RunLog(directory).read().events].count("rejected") == 1
+
+
+def test_a_closing_folder_that_cannot_be_written_records_nothing(tmp_path):
+    from cockpit.errors import Finding
+
+    directory = make_campaign(tmp_path, deliverable("preds", "out/preds.jsonl"))
+    (directory / "closing").write_text("a file where the folder goes")
+    with pytest.raises(Finding, match="cannot write the closing folder .*nothing was recorded"):
+        close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert [e for e in RunLog(directory).read().events if e["type"] in ("closed", "rejected")] == []
+
+
+def test_nothing_measured_is_inconclusive_not_negative(tmp_path):
+    directory = make_campaign(tmp_path, deliverable("preds", "out/preds.jsonl"))
+    conclusion = check(tmp_path, directory).summary["conclusion"]
+    assert conclusion["negative"] is None and conclusion["text"].startswith("inconclusive")
