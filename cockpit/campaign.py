@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -394,9 +395,9 @@ class Campaign:
     def runs(self) -> list[Run]:
         return self.model.runs
 
-    @property
+    @cached_property
     def items(self) -> list[Task | Run]:
-        """Tasks and runs in file order: the calendar's items."""
+        """Tasks and runs in file order: the calendar's items (computed once; the engine asks every tick)."""
         return _file_order(self.model, self.text)
 
     def run(self, run_id: str) -> Run | None:

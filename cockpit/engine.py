@@ -552,21 +552,21 @@ def _state(track: RunTrack, stop: dict[str, Any] | None, alive: bool | None) -> 
 # ---------------------------------------------------------------- for the command line
 
 
-def _track_of(campaign: Campaign, run_id: str) -> RunTrack | None:
+def track_of(campaign: Campaign, run_id: str) -> RunTrack | None:
     """The run's summary, brought up to date from the saved position (reads only new bytes)."""
     run = campaign.run(run_id)
     if run is None:
         return None
     path = run.metrics_path(campaign.directory)
-    saved = load_state(Path(campaign.directory) / ".cockpit" / STATE_FILE)
+    saved = load_state(Path(campaign.directory) / STATE_DIR / STATE_FILE)
     stream = saved.stream(run_id, path)
     stream.poll()
     return stream.track
 
 
-def last_metrics_of_run(campaign: Campaign, run_id: str) -> dict[str, Any]:
+def last_metrics_of_run(campaign: Campaign, run_id: str, *, track: RunTrack | None = None) -> dict[str, Any]:
     """The run's last step and metric values, for a stop event ({} when it has reported nothing)."""
-    track = _track_of(campaign, run_id)
+    track = track or track_of(campaign, run_id)
     if track is None or (not track.lines and not track.started):
         return {}
     return last_metrics(track)
@@ -577,7 +577,7 @@ def terminate_run_of(
 ) -> dict[str, Any]:
     """SIGTERM to the run's own process only: the pid of its `started` event, checked to be the
     same user's and started when the run said it started (a reused pid is never signalled)."""
-    track = track or _track_of(campaign, run_id)
+    track = track or track_of(campaign, run_id)
     started = (track.started if track else None) or {}
     pid = started.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool):

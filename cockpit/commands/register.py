@@ -35,17 +35,18 @@ def _was_started(log: RunLog) -> bool:
 
 
 def stop(args) -> int:
-    from cockpit.engine import last_metrics_of_run, terminate_run_of
+    from cockpit.engine import last_metrics_of_run, terminate_run_of, track_of
 
     campaign, log = _open(args)
     decisions.require_run(campaign, args.run)
     if args.rule is not None:
         decisions.require_rule(campaign, args.rule)
     started = _was_started(log)
-    signal = (lambda: terminate_run_of(campaign, args.run)) if args.signal else None
+    track = track_of(campaign, args.run)  # read once: for the last metrics and for the run's pid
+    signal = (lambda: terminate_run_of(campaign, args.run, track=track)) if args.signal else None
     event = decisions.record_stop(
         campaign, log, args.run, rule=args.rule, reason=args.reason, source=SOURCE,
-        last=last_metrics_of_run(campaign, args.run), signal=signal,
+        last=last_metrics_of_run(campaign, args.run, track=track), signal=signal,
     )
     _say_start_and_drift(campaign, not started)
     cause = f"rule {args.rule}" if args.rule else f"reason: {event['reason']}"
