@@ -109,10 +109,8 @@ class Engine:
         self._standing: set[str] = set()  # standing conditions (window, lost GPU) present at the last tick
         self._rearmed: set[str] = set()  # standing conditions that cleared since they were logged
 
-        try:
-            ensure_started(campaign, self.log)
-        except RunLogError as error:  # a full disk: watch anyway, and say nothing can be recorded
-            self.notices.append(str(error))
+        self._started = False
+        self._start_if_due(clock())
         self.plan = self._frozen_plan()
         self.planned = schedule(self.plan.items, self.plan.lot.gpu_count, self.plan.model.calendar.retrieval_hours)
         drift = plan_drift(campaign)
@@ -126,6 +124,21 @@ class Engine:
         self.evaluator = RuleEvaluator(campaign.model.stop_rules, RuleState.from_dict((saved.extra or {}).get("rules")))
 
     # ------------------------------------------------------------ set-up
+
+    def _start_if_due(self, now: datetime) -> None:
+        """The campaign starts — plan frozen, `campaign_started` logged — once its lot has started
+        (or at once when the lot has no start): looking at it before the lot does not freeze it."""
+        if self._started:
+            return
+        start = self.campaign.lot.start
+        if start is not None and now < start:
+            return
+        try:
+            ensure_started(self.campaign, self.log)
+            self._started = True
+        except RunLogError as error:  # a full disk: watch anyway, say nothing can be recorded, retry
+            if str(error) not in self.notices:
+                self.notices.append(str(error))
 
     @property
     def _state_path(self) -> Path:
@@ -226,6 +239,7 @@ class Engine:
 
     def tick(self) -> Snapshot:
         now = self.clock()
+        self._start_if_due(now)
         recorded = self._follow_log()
         gpu_snapshot: GpuSnapshot = self._read_gpus()
         triggers: list[Trigger] = []

@@ -351,3 +351,15 @@ def test_status_with_a_file_named_cockpit_answers_plainly(seed_campaign):
     (seed_campaign / ".cockpit").write_text("not a folder")
     result = run_cli("status", str(seed_campaign))
     assert result.returncode in (0, 1) and "internal error" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_looking_before_the_lot_starts_freezes_nothing(seed_campaign):
+    clock = Clock(LOT_START - timedelta(hours=2))
+    engine = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus())
+    snapshot = engine.tick()
+    assert not snapshot.clock.started
+    assert not (seed_campaign / ".cockpit" / "plan.toml").exists() and RunLog(seed_campaign).read().events == []
+    clock.moment = LOT_START + timedelta(minutes=1)
+    engine.tick()
+    assert (seed_campaign / ".cockpit" / "plan.toml").exists()
+    assert [e["type"] for e in RunLog(seed_campaign).read().events] == ["campaign_started"]
