@@ -103,6 +103,7 @@ class Engine:
         self._log_offset = 0
         self._events: list[dict[str, Any]] = []
         self._recorded = RecordedState()
+        self._logged_lines: set[tuple[str, Any, Any]] = set()  # (alert key, stream inode, line) of every alert logged
         self._bad_log_lines = 0
         self._unwritten: list[_Pending] = []  # alerts the run log refused (a full disk), retried each tick
         self._stops_due: list[Trigger] = []  # auto-stops not yet recorded, likewise
@@ -117,7 +118,7 @@ class Engine:
         if drift:
             self.notices.append(drift)
 
-        saved = load_state(self._state_path)
+        saved = load_state(state_file(self.directory))
         self.streams: dict[str, MetricsStream] = {
             run.id: saved.stream(run.id, run.metrics_path(self.directory)) for run in campaign.runs
         }
@@ -139,10 +140,6 @@ class Engine:
         except RunLogError as error:  # a full disk: watch anyway, say nothing can be recorded, retry
             if str(error) not in self.notices:
                 self.notices.append(str(error))
-
-    @property
-    def _state_path(self) -> Path:
-        return self.directory / STATE_DIR / STATE_FILE  # created when first saved, not when read
 
     def _frozen_plan(self) -> Campaign:
         """The plan as frozen at the start: the clock measures against it, not today's file."""
@@ -172,7 +169,7 @@ class Engine:
             return
         try:
             state_dir(self.directory)
-            save_state(self._state_path, list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+            save_state(state_file(self.directory), list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
         except OSError as error:
             notice = (
                 f"cannot save the reading position in .cockpit/ ({error.strerror or error}); "
@@ -192,17 +189,17 @@ class Engine:
         if events:
             self._events.extend(events)
             self._recorded = RecordedState.from_events(self._events)
+            self._logged_lines |= _alert_lines(events)
             for event in events:  # an acknowledgement, from any process, re-arms the rule
                 if event["type"] == "ack" and event.get("run"):
                     self.evaluator.acknowledge(str(event.get("rule")), str(event["run"]))
         return self._recorded
 
-    def _to_log(self, pending: list[_Pending], events: list[dict[str, Any]]) -> tuple[list[_Pending], list[_Pending]]:
-        """(alerts to write, alerts already logged for the same line of the same file), given the log's events."""
-        open_keys = {a.key for a in RecordedState.from_events(events).active_alerts} if events is not self._events else {
-            a.key for a in self._recorded.active_alerts
-        }
-        logged_lines = {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in events if e["type"] == "alert"}
+    def _to_log(
+        self, pending: list[_Pending], open_keys: set[str], logged_lines: set[tuple[str, Any, Any]]
+    ) -> tuple[list[_Pending], list[_Pending]]:
+        """(alerts to write, alerts already logged for the same line of the same file)."""
+        open_keys = set(open_keys)
         ever_keys = {key for key, _, _ in logged_lines}
         keep: list[_Pending] = []
         repeated: list[_Pending] = []
@@ -221,14 +218,18 @@ class Engine:
     def _log_alerts(self, pending: list[_Pending]) -> list[dict[str, Any]]:
         """Append each alert not already open (nor logged for the same line); the lock is taken only
         when the run log as followed so far leaves something to write."""
-        keep, repeated = self._to_log(pending, self._events)
+        open_keys = {a.key for a in self._recorded.active_alerts}
+        keep, repeated = self._to_log(pending, open_keys, self._logged_lines)
         for item in repeated:  # not logged twice, but the rule must not stay silenced for later lines
             self.evaluator.acknowledge(str(item.fields.get("rule")), str(item.fields.get("run")))
         if not keep:
             return []
         written = []
         with self.log.transaction() as tx:  # checked again under the lock: another cockpit may have logged it
-            keep, _ = self._to_log(keep, tx.read().events)
+            events = tx.read().events
+            keep, _ = self._to_log(
+                keep, {a.key for a in RecordedState.from_events(events).active_alerts}, _alert_lines(events)
+            )
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
                 written.append(tx.append("alert", key=item.key, **fields))
@@ -542,6 +543,15 @@ class Engine:
         )
 
 
+def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any]]:
+    return {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in events if e["type"] == "alert"}
+
+
+def state_file(directory: Path) -> Path:
+    """Where reading positions and rule state are saved (`.cockpit/` is created on the first save)."""
+    return Path(directory) / STATE_DIR / STATE_FILE
+
+
 def _ts_text(seconds: Any) -> str | None:
     moment = seconds_to_datetime(seconds) if isinstance(seconds, (int, float)) else None
     return iso(moment) if moment else None
@@ -572,7 +582,7 @@ def track_of(campaign: Campaign, run_id: str) -> RunTrack | None:
     if run is None:
         return None
     path = run.metrics_path(campaign.directory)
-    saved = load_state(Path(campaign.directory) / STATE_DIR / STATE_FILE)
+    saved = load_state(state_file(campaign.directory))
     stream = saved.stream(run_id, path)
     stream.poll()
     return stream.track

@@ -375,7 +375,7 @@ def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
     itself, under its lock: two cockpits starting at once log it once, and a start whose event
     could not be written (a full disk) is logged by the next one — with the plan frozen first.
     """
-    if log.path.exists() and _starts_with_campaign_started(log):
+    if is_started(log):
         return None  # the common case, without taking the lock
     with log.transaction() as tx:
         if any(e["type"] == "campaign_started" for e in tx.read().events):
@@ -390,8 +390,9 @@ def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
         )
 
 
-def _starts_with_campaign_started(log: RunLog) -> bool:
-    """Whether the first well-formed event is `campaign_started` (it is seq 1 whenever it exists)."""
+def is_started(log: RunLog) -> bool:
+    """Whether the campaign has started: the log's first well-formed event is `campaign_started`
+    (seq 1 whenever it exists), read without the lock."""
     try:
         with open(log.path, "rb") as handle:
             for line in handle:

@@ -12,7 +12,7 @@ from typing import Any
 
 from cockpit import decisions
 from cockpit.campaign import Campaign, load_campaign
-from cockpit.runlog import RunLog, frozen_plan_path, parse_ts, plan_drift
+from cockpit.runlog import RunLog, is_started, parse_ts, plan_drift
 
 SOURCE = "cli"
 
@@ -30,10 +30,6 @@ def _say_start_and_drift(campaign: Campaign, started: bool) -> None:
         print(f"note: {drift}", file=sys.stderr)
 
 
-def _was_started(log: RunLog) -> bool:
-    return frozen_plan_path(log.directory).exists()
-
-
 def stop(args) -> int:
     from cockpit.engine import last_metrics_of_run, terminate_run_of, track_of
 
@@ -41,7 +37,7 @@ def stop(args) -> int:
     decisions.require_run(campaign, args.run)
     if args.rule is not None:
         decisions.require_rule(campaign, args.rule)
-    started = _was_started(log)
+    started = is_started(log)
     track = track_of(campaign, args.run)  # read once: for the last metrics and for the run's pid
     signal = (lambda: terminate_run_of(campaign, args.run, track=track)) if args.signal else None
     event = decisions.record_stop(
@@ -60,7 +56,7 @@ def stop(args) -> int:
 
 def decide(args) -> int:
     campaign, log = _open(args)
-    started = _was_started(log)
+    started = is_started(log)
     event = decisions.record_decision(campaign, log, args.decision, note=args.note, source=SOURCE)
     _say_start_and_drift(campaign, not started)
     print(f"recorded: pilot decision '{args.decision}' — seq {event['seq']} in {log.path.name}")
@@ -71,7 +67,7 @@ def decide(args) -> int:
 
 def accept(args) -> int:
     campaign, log = _open(args)
-    started = _was_started(log)
+    started = is_started(log)
     event = decisions.record_acceptance(campaign, log, args.deliverable, source=SOURCE)
     _say_start_and_drift(campaign, not started)
     if event.get("run") and log.replay().stop_of(event["run"]):
@@ -85,7 +81,7 @@ def accept(args) -> int:
 
 def note(args) -> int:
     campaign, log = _open(args)
-    started = _was_started(log)
+    started = is_started(log)
     event = decisions.record_note(campaign, log, args.text, run_id=args.run, source=SOURCE)
     _say_start_and_drift(campaign, not started)
     print(f"recorded: note — seq {event['seq']} in {log.path.name}")
