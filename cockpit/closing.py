@@ -831,12 +831,7 @@ def verify_deliverable(
     if deliverable.run is not None:
         stop = state.stop_of(deliverable.run)
         if stop is not None:
-            why = ", ".join(
-                part for part in (
-                    f"rule {stop['rule']}" if stop.get("rule") else None,
-                    f"reason: {stop['reason']}" if stop.get("reason") else None,
-                ) if part
-            ) or "no reason recorded"
+            why = stop_cause(stop, label_reason=True)
             verdict.set(
                 "run_not_stopped", False,
                 f"run '{deliverable.run}' was stopped ({why}); an interrupted run does not become an accepted deliverable",
@@ -1760,6 +1755,16 @@ def summary_json(summary: Mapping[str, Any]) -> str:
     return json.dumps(summary, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
 
 
+def stop_cause(stop: Mapping[str, Any], *, label_reason: bool = False) -> str:
+    """Why a run was stopped, as the report says it: "rule nan-loss, reason: …"."""
+    reason = stop.get("reason")
+    parts = (
+        f"rule {stop['rule']}" if stop.get("rule") else None,
+        (f"reason: {reason}" if label_reason else reason) if reason else None,
+    )
+    return ", ".join(part for part in parts if part) or "no reason recorded"
+
+
 def _write_folder(folder: Path, closing: Closing, runlog_bytes: bytes) -> None:
     folder.mkdir(mode=0o750, exist_ok=True)
     _write_atomic(folder / "summary.json", summary_json(closing.summary).encode("utf-8"))
@@ -1894,9 +1899,8 @@ def render_report(summary: Mapping[str, Any]) -> str:
     lines += ["", "## Stops", ""]
     if summary["stops"]:
         for s in summary["stops"]:
-            why = ", ".join(p for p in (f"rule {s['rule']}" if s.get("rule") else None, s.get("reason")) if p)
             lines.append(
-                f"- {s['run']}: {why or 'no reason recorded'} — {s.get('source') or '?'}, {_short_ts(s['ts'])}"
+                f"- {s['run']}: {stop_cause(s)} — {s.get('source') or '?'}, {_short_ts(s['ts'])}"
                 + (", SIGTERM sent" if s.get("signal_sent") else "")
                 + ". The stopped run stays an expense; its deliverables are not accepted."
             )

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from typing import Any
 
-from cockpit.closing import Closing, close_campaign, summary_json
+from cockpit.closing import Closing, close_campaign, stop_cause, summary_json
 
 WIDTH = 80
 
@@ -86,8 +86,7 @@ def show(closing: Closing) -> None:
     for decision in s["decisions"]:
         out(_wrap(f"pilot decision: {decision['decision']}" + (f" — {decision['note']}" if decision.get("note") else ""), 0))
     for stop in s["stops"]:
-        why = ", ".join(p for p in (f"rule {stop['rule']}" if stop.get("rule") else None, stop.get("reason")) if p)
-        out(_wrap(f"stop: {stop['run']} — {why or 'no reason recorded'} ({stop.get('source')})", 0))
+        out(_wrap(f"stop: {stop['run']} — {stop_cause(stop)} ({stop.get('source')})", 0))
     for note in s["notes"]:
         out(_wrap(f"note{' [' + note['run'] + ']' if note.get('run') else ''}: {note['text']}", 0))
     out("")
