@@ -172,12 +172,6 @@ class RuleEvaluator:
 
         return observe
 
-    def on_record(self, run_id: str, record: dict, line: int, track: RunTrack) -> list[Trigger]:
-        """Check one record (already taken in by `track`); the first triggers per pair."""
-        sink: list[Trigger] = []
-        self.observer(run_id, sink)(record, line, track)
-        return sink
-
     def _fire(
         self, sink: list[Trigger], rule: StopRule, run_id: str, text: str, value: Any, step: int | None,
         record: Mapping[str, Any] | None, line: int | None, ts: datetime | None = None,

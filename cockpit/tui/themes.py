@@ -44,7 +44,6 @@ class ThemeCatalog:
 
     themes: dict[str, Theme] = field(default_factory=dict)
     descriptions: dict[str, str] = field(default_factory=dict)
-    sources: dict[str, Path] = field(default_factory=dict)
     problems: list[ThemeProblem] = field(default_factory=list)
 
     @property
@@ -180,7 +179,6 @@ def discover_themes(directories: list[Path | None] | None = None) -> ThemeCatalo
                 continue
             catalog.themes[theme.name] = theme
             catalog.descriptions[theme.name] = description
-            catalog.sources[theme.name] = path
     return catalog
 
 
