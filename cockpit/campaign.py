@@ -1,31 +1,36 @@
-"""The campaign file (`campaign.toml`, schema 1): typed models and a loader whose every error
-names the file, the table, the item id and the key, and says how to fix it."""
+"""The campaign (`campaign.toml`, schema 1): its typed tables and the loader.
+
+The tables are plain frozen dataclasses, so the engine, `status` and the TUI never import
+pydantic. Their constraints are written as annotations (`hours: PositiveHours`) that
+`cockpit.campaign_schema` resolves when it validates a file, naming the file, the table, the item
+id and the key of every problem. A campaign text validated once is kept in `.cockpit/` by
+`cockpit.campaign_cache`; commands that run every few seconds (`status`, `watch`, the TUI)
+read it from there as long as the text and this code are unchanged."""
 
 from __future__ import annotations
 
 import hashlib
-import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
-
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from typing import TYPE_CHECKING, Annotated, Any
 
 from cockpit import catalog
+
+if TYPE_CHECKING:
+    # For readers and type checkers only: at run time these names are resolved by pydantic,
+    # inside cockpit.campaign_schema._adapter, where each carries its constraint.
+    from pydantic import Field
+
+    Money = Decimal  # dollars with whole cents, from "47.14", 47.14 or 110
+    PositiveHours = float  # > 0, ≤ MAX_HOURS, finite
+    Identifier = str  # a letter or digit, then letters, digits, . _ / -
+    LotStart = datetime | None  # a TOML date-time with a zone
+    SchemaVersion = int  # SCHEMA
 
 CAMPAIGN_FILE = "campaign.toml"
 SCHEMA = 1
@@ -66,37 +71,6 @@ class CampaignError(Exception):
 
 
 # ---------------------------------------------------------------- value types
-
-
-def _money(value: Any) -> Decimal:
-    """Dollars with cents: "47.14", 47.14 or 110 → Decimal("47.14"); never a binary float inside."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be an amount in USD such as \"47.14\" (got {value!r})")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite amount in USD (got {value!r})")
-        value = repr(value)  # the shortest text that reads back as this float: 47.14 → "47.14"
-    if isinstance(value, (int, str)):
-        try:
-            amount = Decimal(str(value).strip())
-        except InvalidOperation:
-            raise ValueError(f"must be an amount in USD such as \"47.14\" (got {_shown(value)})") from None
-    elif isinstance(value, Decimal):
-        amount = value
-    else:
-        raise ValueError(f"must be an amount in USD such as \"47.14\" (got {_shown(value)})")
-    if not amount.is_finite():
-        raise ValueError(f"must be a finite amount in USD (got {_shown(value)})")
-    if amount.adjusted() >= MONEY_DIGITS:
-        raise ValueError(f"is not a plausible amount in USD (got {_shown(value)}); write the price with cents, e.g. \"47.14\"")
-    if amount < 0:
-        raise ValueError(f"must not be negative (got {value!r})")
-    if amount != amount.quantize(CENT):
-        raise ValueError(f"must be whole cents, at most two decimals (got {value!r})")
-    return amount.quantize(CENT)
-
-
-Money = Annotated[Decimal, BeforeValidator(_money)]
 
 
 class Tier(str, Enum):
@@ -143,46 +117,43 @@ class DeliverableKind(str, Enum):
     other = "other"
 
 
-PositiveHours = Annotated[float, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)]
-Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/\-]*$")]
+# pydantic reads this from each table: an unknown key is an error, not silently dropped
+_STRICT_KEYS = {"extra": "forbid"}
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+def _as_enums(item: Any, **kinds: type[Enum]) -> None:
+    """Enum fields given as their text (`kind="machine"`) become the enum, as validation makes them."""
+    for name, kind in kinds.items():
+        value = getattr(item, name)
+        if not isinstance(value, kind):
+            object.__setattr__(item, name, kind(value))
 
 
 # ---------------------------------------------------------------- tables
 
 
-class Closing(_Model):
-    metric: str = Field(min_length=1)
+@dataclass(frozen=True, kw_only=True)
+class Closing:
+    __pydantic_config__ = _STRICT_KEYS
+
+    metric: Annotated[str, Field(min_length=1)]
     direction: Direction
-    threshold: float = Field(allow_inf_nan=False)
+    threshold: Annotated[float, Field(allow_inf_nan=False)]
+
+    def __post_init__(self) -> None:
+        _as_enums(self, direction=Direction)
 
 
-class Lot(_Model):
+@dataclass(frozen=True, kw_only=True)
+class Lot:
+    __pydantic_config__ = _STRICT_KEYS
+
     order_ref: str | None = None
-    gpu_model: str = Field(min_length=1)
-    gpus: int | None = Field(default=None, ge=1, le=64)
-    days: int = Field(gt=0, le=3660)
+    gpu_model: Annotated[str, Field(min_length=1)]
+    gpus: Annotated[int | None, Field(ge=1, le=64)] = None
+    days: Annotated[int, Field(gt=0, le=3660)]
     price_usd: Money | None = None
-    start: datetime | None = None
-
-    @field_validator("start", mode="before")
-    @classmethod
-    def _start_needs_a_zone(cls, value: Any) -> Any:
-        if isinstance(value, datetime) and value.tzinfo is None:
-            raise ValueError(
-                f"needs a time zone (got {value.isoformat()}); write it in UTC with a Z, "
-                f"e.g. {value.isoformat()}Z"
-            )
-        if isinstance(value, datetime) and not 1971 <= value.year <= 9000:
-            raise ValueError(f"is not a plausible lot start (got {value.isoformat()}); write it like 2026-11-30T08:00:00Z")
-        if not isinstance(value, (datetime, type(None))):
-            raise ValueError(
-                f"must be a TOML date-time with a zone, e.g. 2026-11-30T08:00:00Z (got {value!r})"
-            )
-        return value
+    start: LotStart = None
 
     @property
     def gpu_count(self) -> int:
@@ -208,30 +179,37 @@ class Lot(_Model):
         return self.start + timedelta(days=self.days) if self.start else None
 
 
-class CalendarSettings(_Model):
-    retrieval_hours: float = Field(default=0.0, ge=0, le=MAX_HOURS, allow_inf_nan=False)
-    warn_before_end_hours: list[Annotated[float, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)]] = Field(
-        default_factory=lambda: [6.0, 1.0]
-    )
+def _default_warnings() -> list[float]:
+    return [6.0, 1.0]
 
 
-class Task(_Model):
+@dataclass(frozen=True, kw_only=True)
+class CalendarSettings:
+    __pydantic_config__ = _STRICT_KEYS
+
+    retrieval_hours: Annotated[float, Field(ge=0, le=MAX_HOURS, allow_inf_nan=False)] = 0.0
+    warn_before_end_hours: list[PositiveHours] = field(default_factory=_default_warnings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Task:
+    __pydantic_config__ = _STRICT_KEYS
+
     id: Identifier
     kind: TaskKind
     tier: Tier = Tier.indispensable
     hours: PositiveHours
     gpus: list[Annotated[int, Field(ge=0)]] | None = None
-    after: list[str] = Field(default_factory=list)
+    after: list[str] = field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _gpus_fit_the_kind(self) -> "Task":
+    def __post_init__(self) -> None:
+        _as_enums(self, kind=TaskKind, tier=Tier)
         if self.kind is TaskKind.human and self.gpus:
             raise ValueError(
                 "a human task occupies no GPU: remove `gpus`, or make it kind = \"machine\""
             )
         if self.gpus is not None and self.kind is TaskKind.machine and not self.gpus:
             raise ValueError("a machine task needs at least one GPU, e.g. gpus = [0]")
-        return self
 
     @property
     def machine(self) -> bool:
@@ -244,16 +222,26 @@ class Task(_Model):
         return sorted(set(self.gpus)) if self.gpus else [0]
 
 
-class Run(_Model):
+def _first_gpu() -> list[int]:
+    return [0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    __pydantic_config__ = _STRICT_KEYS
+
     id: Identifier
     role: Role
     tier: Tier = Tier.indispensable
     hours: PositiveHours
-    gpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: [0], min_length=1)
-    after: list[str] = Field(default_factory=list)
-    total_steps: int | None = Field(default=None, gt=0)
+    gpus: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = field(default_factory=_first_gpu)
+    after: list[str] = field(default_factory=list)
+    total_steps: Annotated[int | None, Field(gt=0)] = None
     metrics: str | None = None
     checkpoints: str | None = None
+
+    def __post_init__(self) -> None:
+        _as_enums(self, role=Role, tier=Tier)
 
     @property
     def machine(self) -> bool:
@@ -270,7 +258,10 @@ class Run(_Model):
         return directory / (self.checkpoints or f"runs/{self.id}/checkpoints")
 
 
-class Pilot(_Model):
+@dataclass(frozen=True, kw_only=True)
+class Pilot:
+    __pydantic_config__ = _STRICT_KEYS
+
     run: str
     decide_after_hours: PositiveHours
 
@@ -293,19 +284,22 @@ _RULE_EXAMPLES = {
 }
 
 
-class StopRule(_Model):
+@dataclass(frozen=True, kw_only=True)
+class StopRule:
+    __pydantic_config__ = _STRICT_KEYS
+
     id: Identifier
     kind: RuleKind
     action: Action = Action.alert
     runs: list[str] | None = None
-    metric: str | None = Field(default=None, min_length=1)
-    threshold: float | None = Field(default=None, allow_inf_nan=False)
-    after_step: int | None = Field(default=None, ge=0)
-    within_hours: float | None = Field(default=None, gt=0, le=MAX_HOURS, allow_inf_nan=False)
-    minutes: float | None = Field(default=None, gt=0, le=MAX_HOURS * 60, allow_inf_nan=False)
+    metric: Annotated[str | None, Field(min_length=1)] = None
+    threshold: Annotated[float | None, Field(allow_inf_nan=False)] = None
+    after_step: Annotated[int | None, Field(ge=0)] = None
+    within_hours: Annotated[float | None, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)] = None
+    minutes: Annotated[float | None, Field(gt=0, le=MAX_HOURS * 60, allow_inf_nan=False)] = None
 
-    @model_validator(mode="after")
-    def _fields_of_the_kind(self) -> "StopRule":
+    def __post_init__(self) -> None:
+        _as_enums(self, kind=RuleKind, action=Action)
         required, optional = _RULE_FIELDS[self.kind]
         missing = sorted(k for k in required if getattr(self, k) is None)
         if missing:
@@ -319,48 +313,69 @@ class StopRule(_Model):
             raise ValueError(
                 f"{', '.join(stray)} does not apply to a '{self.kind.value}' rule: remove it"
             )
-        return self
 
     def applies_to(self, run_id: str) -> bool:
         return self.runs is None or run_id in self.runs
 
 
-class Deliverable(_Model):
+@dataclass(frozen=True, kw_only=True)
+class Deliverable:
+    __pydantic_config__ = _STRICT_KEYS
+
     id: Identifier
     run: str | None = None
     kind: DeliverableKind
-    path: str = Field(min_length=1)
+    path: Annotated[str, Field(min_length=1)]
     expect_ids: str | None = None
     reload: str | None = None
 
+    def __post_init__(self) -> None:
+        _as_enums(self, kind=DeliverableKind)
 
-class Expense(_Model):
-    label: str = Field(min_length=1)
+
+@dataclass(frozen=True, kw_only=True)
+class Expense:
+    __pydantic_config__ = _STRICT_KEYS
+
+    label: Annotated[str, Field(min_length=1)]
     usd: Money
 
 
-class CampaignModel(_Model):
-    schema_: int = Field(alias="schema")
+# the TOML keys of the campaign's own table where they differ from the attribute names
+_TOML_KEYS = {
+    "schema_": "schema",
+    "tasks": "task",
+    "runs": "run",
+    "stop_rules": "stop_rule",
+    "deliverables": "deliverable",
+    "expenses": "expense",
+}
+
+
+def _toml_key(name: str) -> str:
+    return _TOML_KEYS.get(name, name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CampaignModel:
+    """The whole file, as validated."""
+
+    __pydantic_config__ = {**_STRICT_KEYS, "alias_generator": _toml_key}
+
+    schema_: SchemaVersion
     id: Identifier
     question: str | None = None
     corpus: str | None = None
-    corpus_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    corpus_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-fA-F]{64}$")] = None
     closing: Closing | None = None
     lot: Lot
-    calendar: CalendarSettings = Field(default_factory=CalendarSettings)
-    tasks: list[Task] = Field(default_factory=list, alias="task")
-    runs: list[Run] = Field(default_factory=list, alias="run")
+    calendar: CalendarSettings = field(default_factory=CalendarSettings)
+    tasks: list[Task] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
     pilot: Pilot | None = None
-    stop_rules: list[StopRule] = Field(default_factory=list, alias="stop_rule")
-    deliverables: list[Deliverable] = Field(default_factory=list, alias="deliverable")
-    expenses: list[Expense] = Field(default_factory=list, alias="expense")
-
-    @field_validator("schema_")
-    @classmethod
-    def _known_schema(cls, value: int) -> int:
-        if value != SCHEMA:
-            raise ValueError(f"this cockpit reads schema {SCHEMA} (got {value}); write schema = 1")
-        return value
+    stop_rules: list[StopRule] = field(default_factory=list)
+    deliverables: list[Deliverable] = field(default_factory=list)
+    expenses: list[Expense] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------- the loaded campaign
@@ -430,275 +445,31 @@ def _file_order(model: CampaignModel, text: str) -> list[Task | Run]:
     return ordered
 
 
-# ---------------------------------------------------------------- locating keys in the TOML text
-
-
-class _Locator:
-    """Finds the line of a key inside a table (or the n-th array table) of the raw TOML text."""
-
-    _header = re.compile(r"^\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?")
-    _key = re.compile(r"^\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
-
-    def __init__(self, text: str):
-        # (table, index) → {key: line}; index counts array tables, 0 for plain tables
-        self.keys: dict[tuple[str, int], dict[str, int]] = {}
-        self.headers: dict[tuple[str, int], int] = {}
-        counts: dict[str, int] = {}
-        current = ("", 0)
-        self.headers[current] = 1
-        for number, line in enumerate(text.splitlines(), start=1):
-            header = self._header.match(line)
-            if header:
-                name = header.group(2)
-                if header.group(1) == "[[":
-                    index = counts.get(name, 0)
-                    counts[name] = index + 1
-                else:
-                    index = 0
-                current = (name, index)
-                self.headers.setdefault(current, number)
-                continue
-            key = self._key.match(line)
-            if key:
-                self.keys.setdefault(current, {}).setdefault(key.group(1).strip('"'), number)
-
-    def line(self, table: str, index: int, key: str | None) -> int | None:
-        if key is not None:
-            found = self.keys.get((table, index), {}).get(key)
-            if found:
-                return found
-        return self.headers.get((table, index))
-
-
-_ARRAY_TABLES = {"task", "run", "stop_rule", "deliverable", "expense"}
-
-
-def _place(raw: dict[str, Any], table: str, index: int | None) -> str:
-    if table in _ARRAY_TABLES and index is None:
-        return table
-    if table in _ARRAY_TABLES:
-        items = raw.get(table)
-        item_id = None
-        if isinstance(items, list) and index is not None and index < len(items):
-            entry = items[index]
-            if isinstance(entry, dict):
-                item_id = entry.get("id") if table != "expense" else entry.get("label")
-        if isinstance(item_id, str) and item_id:
-            return f"[[{table}]] '{item_id}'"
-        return f"[[{table}]] #{(index or 0) + 1}"
-    return f"[{table}]" if table else ""
-
-
-def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | None, str | None, str]:
-    """(table, index, key, message) for one pydantic error."""
-    loc = list(error["loc"])
-    table, index = "", None
-    if loc and isinstance(loc[0], str) and loc[0] in _ARRAY_TABLES | {"lot", "calendar", "closing", "pilot"}:
-        table = loc.pop(0)
-        if table in _ARRAY_TABLES and loc and isinstance(loc[0], int):
-            index = loc.pop(0)
-    key_path = ".".join(str(p) for p in loc if not str(p).startswith(("function-", "tagged-union")))
-    key = str(loc[0]) if loc else None
-    if key == "schema_":
-        key = key_path = "schema"
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    given = error.get("input")
-    got = f" (got {_shown(given)})" if not isinstance(given, (dict, list)) else ""
-    if kind == "missing":
-        message = "is missing; add it"
-    elif kind == "extra_forbidden":
-        message = f"is not a key of schema {SCHEMA}; check its spelling or remove it"
-    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        words = {
-            "greater_than": ("greater than", "gt"),
-            "greater_than_equal": ("at least", "ge"),
-            "less_than": ("less than", "lt"),
-            "less_than_equal": ("at most", "le"),
-        }[kind]
-        limit = ctx.get(words[1])
-        message = f"must be {words[0]} {limit:g}{got}" if isinstance(limit, (int, float)) else f"must be {words[0]} {limit}{got}"
-    elif kind == "enum":
-        message = f"must be one of {ctx.get('expected', '').replace(chr(39), '')}{got}"
-    elif kind == "string_pattern_mismatch" and key == "id":
-        message = f"must start with a letter or digit and hold only letters, digits, . _ / -{got}"
-    elif kind == "string_pattern_mismatch" and key == "corpus_sha256":
-        message = f"must be 64 hexadecimal digits{got}"
-    elif kind == "value_error":
-        message = str(ctx.get("error", error["msg"]))
-    elif kind in ("int_type", "int_parsing", "int_from_float"):
-        message = f"must be a whole number{got}"
-    elif kind in ("float_type", "float_parsing"):
-        message = f"must be a number{got}"
-    elif kind == "finite_number":
-        message = f"must be a finite number{got}"
-    elif kind in ("string_type",):
-        message = f"must be a string in quotes{got}"
-    elif kind in ("list_type",):
-        message = f"must be a list, e.g. [0]{got}"
-    elif kind in ("model_type", "model_attributes_type", "dict_type"):
-        message = f"must be a table{got}"
-    elif kind == "too_short":
-        message = "must not be empty" + got
-    else:
-        message = f"{error['msg'].rstrip('.')}{got}".replace("Value error, ", "")
-    if index is None and table in _ARRAY_TABLES and not key_path:
-        message = f"must be an array of tables written [[{table}]]{got}"
-    return table, index, key_path or None, message
-
-
-# ---------------------------------------------------------------- cross-item checks
-
-
-def _cycle(graph: dict[str, list[str]]) -> list[str] | None:
-    """One dependency cycle as a closed path of ids, or None."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        stack.append(node)
-        for nxt in graph.get(node, []):
-            if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        stack.pop()
-        state[node] = 2
-        return None
-
-    for node in graph:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
-
-
-def _cross_checks(model: CampaignModel, add) -> None:
-    seen: dict[str, str] = {}
-    for table, items in (("task", model.tasks), ("run", model.runs), ("deliverable", model.deliverables)):
-        for index, item in enumerate(items):
-            if item.id in seen:
-                add(table, index, "id", f"'{item.id}' is already the id of a [[{seen[item.id]}]]; ids are unique across tasks, runs and deliverables")
-            else:
-                seen[item.id] = table
-    rule_ids: set[str] = set()
-    for index, rule in enumerate(model.stop_rules):
-        if rule.id in rule_ids:
-            add("stop_rule", index, "id", f"'{rule.id}' is already the id of another stop rule")
-        rule_ids.add(rule.id)
-
-    calendar_ids = {i.id for i in model.tasks} | {r.id for r in model.runs}
-    run_ids = [r.id for r in model.runs]
-    gpus = model.lot.gpu_count
-    for table, items in (("task", model.tasks), ("run", model.runs)):
-        for index, item in enumerate(items):
-            for dep in item.after:
-                if dep == item.id:
-                    add(table, index, "after", f"'{item.id}' cannot come after itself")
-                elif dep not in calendar_ids:
-                    known = ", ".join(sorted(calendar_ids)) or "none"
-                    add(table, index, "after", f"names '{dep}', which is no task or run (known: {known})")
-            for gpu in item.gpu_list:
-                if gpu >= gpus:
-                    add(table, index, "gpus", f"GPU {gpu} is not in the lot: a {model.lot.gpu_model} lot holds {gpus} GPU{'s' if gpus != 1 else ''} (indexes 0–{gpus - 1})")
-
-    graph = {i.id: [d for d in i.after if d in calendar_ids] for i in [*model.tasks, *model.runs]}
-    cycle = _cycle(graph)
-    if cycle:
-        first = cycle[0]
-        table = "task" if any(t.id == first for t in model.tasks) else "run"
-        index = [i.id for i in (model.tasks if table == "task" else model.runs)].index(first)
-        add(table, index, "after", f"dependency cycle: {' → '.join(reversed(cycle))}; remove one of these `after` entries")
-
-    if model.pilot and model.pilot.run not in run_ids:
-        add("pilot", None, "run", f"names '{model.pilot.run}', which is no [[run]] (runs: {', '.join(run_ids) or 'none'})")
-    for index, rule in enumerate(model.stop_rules):
-        for run in rule.runs or []:
-            if run not in run_ids:
-                add("stop_rule", index, "runs", f"names '{run}', which is no [[run]] (runs: {', '.join(run_ids) or 'none'})")
-    for index, deliverable in enumerate(model.deliverables):
-        if deliverable.run is not None and deliverable.run not in run_ids:
-            add("deliverable", index, "run", f"names '{deliverable.run}', which is no [[run]] (runs: {', '.join(run_ids) or 'none'})")
-
-    lot = model.lot
-    entry = catalog.model(lot.gpu_model)
-    if entry and lot.gpus is not None and lot.gpus != entry.gpus_per_lot:
-        add("lot", None, "gpus", f"a catalogue {entry.name} lot holds {entry.gpus_per_lot} GPU{'s' if entry.gpus_per_lot != 1 else ''} (got {lot.gpus}); write gpus = {entry.gpus_per_lot}")
-    if lot.price is None:
-        if entry and entry.offers:
-            durations = ", ".join(f"{o.days} days" for o in entry.offers)
-            hint = f"the catalogue prices {entry.name} lots of {durations} only"
-        elif entry:
-            hint = f"the catalogue knows no price for a {entry.name} lot"
-        else:
-            hint = f"'{lot.gpu_model}' is not in the catalogue (known: {', '.join(catalog.known_models())})"
-        add("lot", None, "price_usd", f"the price of this lot is unknown: {hint}; write the price you pay for the whole lot, e.g. price_usd = \"123.45\"")
-    if model.calendar.retrieval_hours >= lot.window_hours:
-        add("calendar", None, "retrieval_hours", f"retrieval alone ({model.calendar.retrieval_hours:g} h) does not end before the lot's {lot.window_hours:g} h")
-    for hours in model.calendar.warn_before_end_hours:
-        if hours >= lot.window_hours:
-            add("calendar", None, "warn_before_end_hours", f"{hours:g} h before the end is before the lot even starts ({lot.window_hours:g} h)")
-
-
-def _warnings(model: CampaignModel) -> list[str]:
-    notes = []
-    if model.closing is None:
-        notes.append("no [closing] table: nothing says what lets the campaign close (§1); add metric, direction and threshold")
-    if not model.runs:
-        notes.append("no [[run]]: nothing will be monitored")
-    if not any(r.role is Role.control for r in model.runs) and model.runs:
-        notes.append("no run has role = \"control\": a variant is compared with nothing")
-    return notes
-
-
 # ---------------------------------------------------------------- loading
 
 
-def read_campaign_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -> Campaign:
-    """Parse and validate campaign TOML text; raise CampaignError naming every problem."""
-    try:
-        raw = tomllib.loads(text)
-    except RecursionError:
-        raise CampaignError([Finding(file_label, "", "not valid for a campaign: arrays or tables nested too deep to read")]) from None
-    except tomllib.TOMLDecodeError as error:
-        message = str(error)
-        match = re.search(r"\(at line (\d+), column (\d+)\)", message)
-        line = int(match.group(1)) if match else None
-        detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
-        if match:
-            detail += f" at column {match.group(2)}"
-        raise CampaignError([Finding(file_label, "", f"not valid TOML: {detail}", line)]) from None
+def read_campaign_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE, *, cache: bool = False) -> Campaign:
+    """Parse and validate campaign TOML text; raise CampaignError naming every problem.
 
-    locator = _Locator(text)
-    findings: list[Finding] = []
+    With `cache`, a text this code has already validated for `directory` is taken from
+    `.cockpit/` (no pydantic, no TOML parsing), and a newly validated one is kept there."""
+    if cache:
+        from cockpit import campaign_cache
 
-    def add(table: str, index: int | None, key: str | None, message: str) -> None:
-        where = _place(raw, table, index)
-        if key:
-            where = f"{where} → {key}" if where else key
-        findings.append(Finding(file_label, where, message, locator.line(table, index or 0, key.split(".")[0] if key else None)))
+        found = campaign_cache.lookup(directory, text)
+        if found is not None:
+            model, warnings = found
+            return Campaign(model=model, directory=directory, text=text, warnings=warnings)
+    from cockpit.campaign_schema import validate_text
 
-    try:
-        model = CampaignModel.model_validate(raw)
-    except RecursionError:
-        raise CampaignError([Finding(file_label, "", "not valid for a campaign: values nested too deep to read")]) from None
-    except ValidationError as error:
-        for problem in error.errors(include_url=False):
-            table, index, key, message = _describe(problem, raw)
-            add(table, index, key, message)
-        raise CampaignError(findings) from None
-    _cross_checks(model, add)
-    if findings:
-        raise CampaignError(findings)
-    return Campaign(model=model, directory=directory, text=text, warnings=tuple(_warnings(model)))
+    campaign = validate_text(text, directory, file_label)
+    if cache:
+        campaign_cache.keep(campaign)
+    return campaign
 
 
-def load_campaign(directory: str | Path) -> Campaign:
-    """Load `DIR/campaign.toml` (or a path to the file itself)."""
+def load_campaign(directory: str | Path, *, cache: bool = False) -> Campaign:
+    """Load `DIR/campaign.toml` (or a path to the file itself); `cache` as for read_campaign_text."""
     path = Path(directory)
     if path.is_file() or path.suffix == ".toml":
         directory, file = path.parent, path
@@ -718,4 +489,4 @@ def load_campaign(directory: str | Path) -> Campaign:
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise CampaignError([Finding(label, "", "is not UTF-8 text; save it as UTF-8", line)]) from None
-    return read_campaign_text(text, directory.resolve(), label)
+    return read_campaign_text(text, directory.resolve(), label, cache=cache)

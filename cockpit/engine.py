@@ -147,7 +147,7 @@ class Engine:
         if text is None or text == self.campaign.text:
             return self.campaign
         try:
-            return read_campaign_text(text, self.directory, ".cockpit/plan.toml")
+            return read_campaign_text(text, self.directory, ".cockpit/plan.toml", cache=True)
         except CampaignError:
             self.notices.append(".cockpit/plan.toml (the frozen plan) no longer reads; the clock uses campaign.toml")
             return self.campaign

@@ -101,7 +101,7 @@ def render_text(snapshot: Snapshot) -> str:
 
 
 def status(args) -> int:
-    campaign = load_campaign(args.dir)
+    campaign = load_campaign(args.dir, cache=True)
     engine = Engine(campaign)  # NVML sampled once, in the tick
     try:
         snapshot = engine.tick()
@@ -118,7 +118,7 @@ def status(args) -> int:
 def watch(args) -> int:
     if not args.headless:
         raise UsageError("`watch` runs without a UI and needs --headless; the cockpit's screen is `cockpit DIR`")
-    campaign = load_campaign(args.dir)
+    campaign = load_campaign(args.dir, cache=True)
     sampler = GpuSampler(env_nvml_source(), interval=max(1.0, args.interval)).start()
     engine = Engine(campaign, gpus=sampler)
     stopping = threading.Event()

@@ -60,7 +60,7 @@ def run(args) -> int:
     from cockpit.campaign import load_campaign
 
     catalog = theme_catalog(args.theme)
-    campaign = load_campaign(args.dir)
+    campaign = load_campaign(args.dir, cache=True)
     require_terminal(f"for a one-off view without one use `cockpit status {args.dir}` or `cockpit status {args.dir} --json`")
     # Imported here: the engine samples NVML and reads the runs' metrics, which `cockpit --help` never needs.
     from cockpit.engine import Engine, live_gpus
