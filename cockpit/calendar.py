@@ -260,6 +260,8 @@ def schedule(
 
 @dataclass(frozen=True)
 class WindowFit:
+    """How the committed work fits the lot's window, with or without extra hours."""
+
     window_hours: float
     committed_hours: float  # the schedule's, plus any extra hours
     uncommitted_hours: float  # window − committed: negative when the plan is over

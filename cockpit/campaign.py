@@ -134,6 +134,8 @@ def _as_enums(item: Any, **kinds: type[Enum]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Closing:
+    """[closing]: the metric, direction and threshold that let the campaign close (§1)."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     metric: Annotated[str, Field(min_length=1)]
@@ -146,6 +148,8 @@ class Closing:
 
 @dataclass(frozen=True, kw_only=True)
 class Lot:
+    """[lot]: the GPU box rented for a fixed price and a fixed number of days."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     order_ref: str | None = None
@@ -185,6 +189,8 @@ def _default_warnings() -> list[float]:
 
 @dataclass(frozen=True, kw_only=True)
 class CalendarSettings:
+    """[calendar]: retrieval time at the end and the warnings before the lot ends."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     retrieval_hours: Annotated[float, Field(ge=0, le=MAX_HOURS, allow_inf_nan=False)] = 0.0
@@ -193,6 +199,8 @@ class CalendarSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class Task:
+    """[[task]]: human or machine work on the calendar that is not a monitored run."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     id: Identifier
@@ -228,6 +236,8 @@ def _first_gpu() -> list[int]:
 
 @dataclass(frozen=True, kw_only=True)
 class Run:
+    """[[run]]: one training run, its GPUs, planned hours and where it writes its metrics."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     id: Identifier
@@ -260,6 +270,8 @@ class Run:
 
 @dataclass(frozen=True, kw_only=True)
 class Pilot:
+    """[pilot]: the run whose first hours decide whether the campaign goes on."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     run: str
@@ -286,6 +298,8 @@ _RULE_EXAMPLES = {
 
 @dataclass(frozen=True, kw_only=True)
 class StopRule:
+    """[[stop_rule]]: a rule written before the trials; `action = "stop"` stops the run."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     id: Identifier
@@ -320,6 +334,8 @@ class StopRule:
 
 @dataclass(frozen=True, kw_only=True)
 class Deliverable:
+    """[[deliverable]]: an output the closing verifies and prices."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     id: Identifier
@@ -335,6 +351,8 @@ class Deliverable:
 
 @dataclass(frozen=True, kw_only=True)
 class Expense:
+    """[[expense]]: a cost besides the lot, counted in the cost per deliverable."""
+
     __pydantic_config__ = _STRICT_KEYS
 
     label: Annotated[str, Field(min_length=1)]

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 
 CENT = Decimal("0.01")
 
@@ -23,6 +23,8 @@ class LotOffer:
 
 @dataclass(frozen=True)
 class GpuModel:
+    """A catalogue GPU model: GPUs in one lot and the lots offered."""
+
     name: str
     gpus_per_lot: int
     offers: tuple[LotOffer, ...]
@@ -30,7 +32,7 @@ class GpuModel:
 
 @lru_cache(maxsize=1)
 def _models() -> dict[str, GpuModel]:
-    text = resources.files("cockpit").joinpath("data/catalog.json").read_text(encoding="utf-8")
+    text = (Path(__file__).parent / "data" / "catalog.json").read_text(encoding="utf-8")
     raw = json.loads(text)
     models: dict[str, GpuModel] = {}
     for name, entry in raw["models"].items():

@@ -65,6 +65,8 @@ def _run_start(track: RunTrack) -> float | None:
 
 @dataclass
 class _Pending:
+    """An alert or auto-stop the disk refused, kept to be written at the next tick."""
+
     key: str
     fields: dict[str, Any]
     line: int | None = None  # the metrics line that triggered it, with the stream's inode in fields

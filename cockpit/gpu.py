@@ -246,6 +246,8 @@ class _GpuLostError(Exception):
 
 @dataclass
 class _Gpu:
+    """One NVML device handle and the fields it turned out not to support."""
+
     index: int
     handle: Any = None
     name: str = "unknown GPU"

@@ -95,6 +95,8 @@ def _decode(line: bytes) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class LogRead:
+    """Events read from the run log, with the bad lines skipped and counted."""
+
     events: list[dict[str, Any]]
     bad_lines: int
     bad_line_numbers: list[int]
@@ -244,6 +246,8 @@ def _last_seq(fd: int, size: int) -> int:
 
 @dataclass
 class AlertRecord:
+    """An alert already in the run log: its rule, run and when it was logged."""
+
     event: dict[str, Any]
     acknowledged: dict[str, Any] | None = None
 

@@ -13,6 +13,8 @@ from cockpit.runlog import iso
 
 @dataclass(frozen=True)
 class LotView:
+    """The lot as bought: model, GPUs, days, its price and its dates."""
+
     campaign_id: str
     question: str | None
     gpu_model: str
@@ -26,6 +28,8 @@ class LotView:
 
 @dataclass(frozen=True)
 class ClockView:
+    """The lot's clock at the snapshot: elapsed, left, committed work left, projected finish."""
+
     now: datetime
     started: bool  # the lot has a start and it has passed
     elapsed_hours: float | None
@@ -42,6 +46,8 @@ class ClockView:
 
 @dataclass(frozen=True)
 class NvmlView:
+    """Whether NVML answers, and why not when it does not."""
+
     available: bool
     reason: str | None
     simulated: bool = False
@@ -51,6 +57,8 @@ class NvmlView:
 
 @dataclass(frozen=True)
 class GpuProcessView:
+    """One process holding memory on a GPU, and the run it belongs to if known."""
+
     pid: int
     used_memory_bytes: int | None
     run: str | None
@@ -58,6 +66,8 @@ class GpuProcessView:
 
 @dataclass(frozen=True)
 class GpuView:
+    """One GPU's reading, with the age of the sample it comes from."""
+
     index: int
     name: str
     utilization_percent: float | None = None
@@ -78,6 +88,8 @@ class GpuView:
 
 @dataclass(frozen=True)
 class HostView:
+    """The host's CPU, memory and the campaign folder's disk."""
+
     cpu_percent: float | None
     memory_used_bytes: int | None
     memory_total_bytes: int | None
@@ -88,6 +100,8 @@ class HostView:
 
 @dataclass(frozen=True)
 class RunView:
+    """One run as the views show it: progress, rates, last metrics, state, alerts."""
+
     id: str
     role: str
     tier: str
@@ -110,6 +124,8 @@ class RunView:
 
 @dataclass(frozen=True)
 class AlertView:
+    """One active alert, and whether the run log has it."""
+
     rule: str
     run: str | None
     message: str
@@ -122,6 +138,8 @@ class AlertView:
 
 @dataclass(frozen=True)
 class Snapshot:
+    """Everything the engine knows at one tick."""
+
     taken_at: datetime
     lot: LotView
     clock: ClockView
