@@ -52,6 +52,7 @@ HALF_MAX = 65504.0  # the largest float16: logits beyond it overflow as they wou
 DIVERGE_GAMMA, DIVERGE_STEP_SIZE = 10.0, 6
 DEFAULT_LR, DEFAULT_LR_STEP_SIZE, DEFAULT_LR_GAMMA = 0.003, 200, 0.5
 SHORT_CONTEXT = 96  # --truncate-essential: shorter than the corpus's long essential documents
+REVIEW_STORY, REVIEW_VERDICT = 100, 60  # the long test reviews: the verdict lies past SHORT_CONTEXT
 RUNS_FILE = "runs.toml"  # how `cockpit demo` starts each run of the demo campaign
 DEFAULT_STEPS = 600
 
@@ -71,7 +72,10 @@ def make_corpus(seed: int = 1234, train_size: int = 480, test_size: int = 120) -
     """A deterministic three-class corpus of token sequences: each class prefers its own words.
 
     A few long documents (150–190 tokens) are among the training inputs, one of them essential,
-    so a short context truncates real inputs."""
+    so a short context truncates real inputs. A few test documents are long reviews whose first
+    100 tokens tell the story in words of every class and whose verdict comes last: a model that
+    reads only the first 96 tokens cannot see the verdict, so its predictions differ from the
+    control's (and `close` sees two deliverables, not one duplicated)."""
     rng = random.Random(seed)
     # Each class boosts six words; two of them are shared with a neighbour, so classes overlap.
     preferred = {0: [0, 1, 2, 3, 4, 5], 1: [4, 5, 8, 9, 10, 11], 2: [10, 11, 14, 15, 16, 17]}
@@ -82,9 +86,14 @@ def make_corpus(seed: int = 1234, train_size: int = 480, test_size: int = 120) -
             row[word] = 2.2
         weights[label] = row
     long_documents = {7: True, 130: False, 301: False}  # index → essential
+    long_reviews = {5, 29, 53, 77, 101}  # test indexes: a 100-token story, then a 60-token verdict
 
     def document(index: int, prefix: str) -> Document:
         label = rng.randrange(len(CLASSES))
+        if prefix == "test" and index in long_reviews:
+            story = rng.choices(range(VOCABULARY), k=REVIEW_STORY)
+            verdict = rng.choices(range(VOCABULARY), weights=weights[label], k=REVIEW_VERDICT)
+            return Document(f"{prefix}-{index:04d}", tuple(story + verdict), label)
         length = rng.randint(150, 190) if prefix == "doc" and index in long_documents else rng.randint(15, 45)
         tokens = tuple(rng.choices(range(VOCABULARY), weights=weights[label], k=length))
         essential = prefix == "doc" and long_documents.get(index, False)

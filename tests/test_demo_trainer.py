@@ -214,6 +214,23 @@ def test_truncate_essential_reports_the_cut_inputs(demo):
     assert plain.returncode == 0 and not [e for e in metrics(demo, "ctrl-r1") if e.get("event") == "truncated"]
 
 
+
+def test_a_short_context_changes_the_predictions_so_close_sees_two_deliverables(demo):
+    """The long test reviews carry their verdict past the short context: the variant's predictions
+    are its own, not a copy of the control's that `close` would reject as a duplicate."""
+    _, test = make_corpus()
+    reviews = [d for d in test if len(d.tokens) > demo_trainer.SHORT_CONTEXT]
+    assert len(reviews) == 5
+    for run, extra in (("ctrl-r1", ()), ("v-short-context", ("--truncate-essential",))):
+        result = trainer_cli("--campaign", str(demo), "--run", run, *extra, "--steps", "1200", "--step-seconds", "0",
+                             "--checkpoint-every", "1000", timeout=120)
+        assert result.returncode == 0, result.stderr
+    control = (demo / "out" / "ctrl-r1" / "predictions.jsonl").read_text().splitlines()
+    variant = (demo / "out" / "v-short-context" / "predictions.jsonl").read_text().splitlines()
+    assert len(control) == len(variant) == len(test)
+    differing = {json.loads(a)["id"] for a, b in zip(control, variant) if a != b}
+    assert differing and differing <= {d.id for d in reviews}
+
 def test_bad_arguments_are_usage_errors(demo):
     unknown = trainer_cli("--campaign", str(demo), "--run", "nope", "--steps", "3")
     assert unknown.returncode == 2 and "no run 'nope'" in unknown.stderr and "ctrl-r1" in unknown.stderr
