@@ -34,7 +34,7 @@ from typing import Any
 from cockpit.calendar import schedule
 from cockpit.errors import Finding
 from cockpit.campaign import Campaign, CampaignError, Deliverable, load_campaign, read_campaign_text
-from cockpit.metrics import MetricsStream, format_value, seconds_to_datetime
+from cockpit.metrics import MetricsStream, SavedState, format_value, load_state, seconds_to_datetime, state_file
 from cockpit.runlog import (
     FILE_MODE,
     FROZEN_PLAN,
@@ -1141,11 +1141,12 @@ class RunMeasure:
         return "no finished event"
 
 
-def measure_run(run_id: str, path: Path, base: Path) -> RunMeasure:
-    """Read the whole metrics file once: start = `started` event (else first line), end =
-    `finished` event (else last line)."""
+def measure_run(run_id: str, path: Path, base: Path, saved: SavedState | None = None) -> RunMeasure:
+    """Read the metrics file to its end: start = `started` event (else first line), end =
+    `finished` event (else last line). With the engine's `saved` state, reading resumes where
+    the engine left it (the same file, checked by inode and first bytes), else from the start."""
     shown = _display(path, base)
-    stream = MetricsStream(run_id, path)
+    stream = saved.stream(run_id, path) if saved is not None else MetricsStream(run_id, path)
     while True:
         result = stream.poll()
         if result.missing:
@@ -1503,7 +1504,8 @@ def _body(
         run_paths[run.id] = run.metrics_path(campaign.directory)
     for run in campaign.runs:  # today's path wins: a metrics path fixed after the start
         run_paths[run.id] = run.metrics_path(campaign.directory)
-    measures = {rid: measure_run(rid, path, campaign.directory) for rid, path in run_paths.items()}
+    saved = load_state(state_file(campaign.directory))
+    measures = {rid: measure_run(rid, path, campaign.directory, saved) for rid, path in run_paths.items()}
 
     price = campaign.price
     accepted = [v for v in verdicts if v.accepted]

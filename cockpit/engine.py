@@ -23,7 +23,7 @@ from cockpit.calendar import schedule
 from cockpit.campaign import Campaign, CampaignError, read_campaign_text
 from cockpit.clock import ItemProgress, lot_clock
 from cockpit.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
-from cockpit.metrics import STATE_FILE, MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime
+from cockpit.metrics import MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime, state_file
 from cockpit.procs import HostProcesses
 from cockpit.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.runlog import (
@@ -547,11 +547,6 @@ class Engine:
 
 def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any]]:
     return {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in events if e["type"] == "alert"}
-
-
-def state_file(directory: Path) -> Path:
-    """Where reading positions and rule state are saved (`.cockpit/` is created on the first save)."""
-    return Path(directory) / STATE_DIR / STATE_FILE
 
 
 def _ts_text(seconds: Any) -> str | None:

@@ -816,6 +816,14 @@ class SavedState:
         return MetricsStream(run_id, path)
 
 
+def state_file(directory: str | Path) -> Path:
+    """Where a campaign's reading positions and rule state are saved (`.cockpit/`, created on the
+    first save)."""
+    from cockpit.runlog import STATE_DIR
+
+    return Path(directory) / STATE_DIR / STATE_FILE
+
+
 def save_state(
     path: str | Path,
     streams: Iterable[MetricsStream] | Mapping[str, MetricsStream],

@@ -678,3 +678,38 @@ def test_nothing_measured_is_inconclusive_not_negative(tmp_path):
     directory = make_campaign(tmp_path, deliverable("preds", "out/preds.jsonl"))
     conclusion = check(tmp_path, directory).summary["conclusion"]
     assert conclusion["negative"] is None and conclusion["text"].startswith("inconclusive")
+
+
+def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measures(tmp_path):
+    """`close` continues from `.cockpit/metrics-state.json` (a 30-day stream is not read again),
+    and its measures equal a read from byte 0; a stream replaced since is read from its start."""
+    from cockpit.metrics import MetricsStream, save_state, state_file
+
+    camp = make_campaign(tmp_path)
+    metrics(camp, "ctrl-r1", 2.5, 14.5, 0.78)
+    metrics(camp, "v-r16", 3, 9, 0.81)
+    # the engine read both streams up to their second line, then the runs went on writing
+    streams = []
+    for run in ("ctrl-r1", "v-r16"):
+        path = camp / "runs" / run / "metrics.jsonl"
+        full = path.read_text()
+        head = "".join(full.splitlines(keepends=True)[:2])
+        path.write_text(head)
+        stream = MetricsStream(run, camp.resolve() / "runs" / run / "metrics.jsonl")  # as the engine names it
+        stream.poll()
+        streams.append(stream)
+        path.write_text(full)
+    save_state(state_file(camp), streams)
+    # v-r16's file is then replaced by a shorter one: its saved position no longer applies
+    metrics(camp, "v-r16", 4, 6, 0.79)
+
+    from cockpit.metrics import load_state
+
+    saved = load_state(state_file(camp))
+    assert saved.stream("ctrl-r1", camp.resolve() / "runs" / "ctrl-r1" / "metrics.jsonl").position.offset > 0  # resumed
+    resumed = {r["id"]: r for r in check(tmp_path, camp).summary["planned_vs_actual"]}
+    state_file(camp).unlink()
+    scratch = {r["id"]: r for r in check(tmp_path, camp).summary["planned_vs_actual"]}
+    assert resumed == scratch
+    assert resumed["ctrl-r1"]["measured_hours"] == 12.0 and resumed["ctrl-r1"]["state"] == "finished (ok)"
+    assert resumed["v-r16"]["measured_hours"] == 2.0
