@@ -103,7 +103,6 @@ class Engine:
         self.notices: list[str] = []
         self._gpu_history: dict[int, tuple[deque, deque]] = {}
         self._log_offset = 0
-        self._events: list[dict[str, Any]] = []
         self._recorded = RecordedState()
         self._logged_lines: set[tuple[str, Any, Any]] = set()  # (alert key, stream inode, line) of every alert logged
         self._bad_log_lines = 0
@@ -189,8 +188,7 @@ class Engine:
         events, bad, self._log_offset = self.log.read_from(self._log_offset)
         self._bad_log_lines += bad
         if events:
-            self._events.extend(events)
-            self._recorded = RecordedState.from_events(self._events)
+            self._recorded.apply(events)
             self._logged_lines |= _alert_lines(events)
             for event in events:  # an acknowledgement, from any process, re-arms the rule
                 if event["type"] == "ack" and event.get("run"):

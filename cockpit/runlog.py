@@ -277,11 +277,16 @@ class RecordedState:
     alerts: list[AlertRecord] = field(default_factory=list)
     runs_started: list[dict[str, Any]] = field(default_factory=list)
     closed: list[dict[str, Any]] = field(default_factory=list)
+    _open_alerts: dict[str, AlertRecord] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def from_events(cls, events: list[dict[str, Any]]) -> "RecordedState":
-        state = cls()
-        open_alerts: dict[str, AlertRecord] = {}
+        return cls().apply(events)
+
+    def apply(self, events: list[dict[str, Any]]) -> "RecordedState":
+        """Fold the events that follow the ones already applied into this state, in order: a
+        follower of the run log pays for its new lines, not for the whole log again."""
+        state, open_alerts = self, self._open_alerts
         by_type = {
             "stop": state.stops,
             "pilot_decision": state.decisions,

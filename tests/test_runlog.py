@@ -14,7 +14,7 @@ import pytest
 
 from cockpit import runlog as runlog_module
 from cockpit.campaign import load_campaign
-from cockpit.runlog import RunLog, RunLogError, ensure_started, frozen_plan_path, plan_drift
+from cockpit.runlog import RecordedState, RunLog, RunLogError, ensure_started, frozen_plan_path, plan_drift
 
 
 def test_append_numbers_events_and_stamps_them(tmp_path):
@@ -121,6 +121,31 @@ def test_replay_gives_the_recorded_state(tmp_path):
     assert state.pilot_decision["decision"] == "drop-optional"
     assert [a["deliverable"] for a in state.accepted] == ["ctrl-r1/predictions"]
     assert state.notes[0]["text"].startswith("data check")
+
+
+def test_following_the_log_in_pieces_gives_the_state_of_one_replay(tmp_path):
+    """The engine folds each tick's new events into its state: any split gives the same state."""
+    log = RunLog(tmp_path)
+    log.append("campaign_started", plan_sha256="abc")
+    log.append("alert", rule="nan-loss", run="v-r64", message="loss is NaN")
+    stop = log.append("stop", run="v-r64", rule="nan-loss", reason=None, source="auto")
+    log.append("alert", rule="stalled", run="ctrl-r1", message="no line for 20 min")
+    log.append("signal", run="v-r64", stop_seq=stop["seq"], signal="SIGTERM", sent=True)
+    log.append("ack", rule="nan-loss", run="v-r64")
+    log.append("alert", rule="nan-loss", run="v-r64", message="loss is NaN again")
+    log.append("ack", rule="stalled", run="ctrl-r1")
+    log.append("note", text="restarted ctrl-r1", run="ctrl-r1")
+
+    def summary(state):
+        return (state.started, [(a.key, a.event["seq"], a.acknowledged and a.acknowledged["seq"]) for a in state.alerts],
+                state.stops, state.notes, [a.key for a in state.active_alerts])
+
+    whole = summary(RecordedState.from_events(log.read().events))
+    assert whole[4] == ["nan-loss|v-r64"] and whole[2][0]["signal"]["sent"] is True
+    for split in range(10):
+        events = log.read().events  # a fresh copy: a `signal` is merged into its stop's dict
+        state = RecordedState().apply(events[:split]).apply(events[split:])
+        assert summary(state) == whole, split
 
 
 def test_plan_is_frozen_once_and_changes_are_noticed(seed_campaign):
