@@ -979,7 +979,10 @@ def _check_adapter_revision(verdict: DeliverableVerdict, path: Path) -> None:
         return
     try:
         config = json.loads(config_path.read_bytes().decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError):
+    except OSError as error:
+        verdict.set("base_revision", False, f"{ADAPTER_CONFIG} cannot be read: {error.strerror or error}")
+        return
+    except (UnicodeDecodeError, ValueError, RecursionError):
         verdict.set("base_revision", False, f"{ADAPTER_CONFIG} is not valid JSON")
         return
     if not isinstance(config, dict):
@@ -1019,7 +1022,7 @@ def _check_reload(
     hint = f"; add reload = \"...\" to [[deliverable]] '{deliverable.id}', a command that exits 0 when it reloads"
     if verdict.format == "adapter":
         weights = [path / name for name in ADAPTER_WEIGHTS if (path / name).is_file()]
-        config_ok, config_detail = _reload_json(path / ADAPTER_CONFIG, timeout)
+        config_ok, config_detail = reload_file(path / ADAPTER_CONFIG, timeout)  # an unreadable file is a cause, not a crash
         if not config_ok:
             verdict.set("reloads", False, config_detail)
             return

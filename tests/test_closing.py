@@ -414,6 +414,21 @@ def test_an_adapter_must_keep_the_exact_revision_of_its_base(tmp_path):
     assert "PeftModel.from_pretrained(base, 'out/a3')" in reload_md
 
 
+def test_an_adapter_config_that_cannot_be_read_is_a_cause_not_a_crash(tmp_path, monkeypatch):
+    camp = make_campaign(tmp_path, deliverable("locked", "out/a1", kind="adapter"))
+    adapter(camp, "out/a1", revision="4c59d8e3f1a2b7c0d9e8f7a6b5c4d3e2f1a0b9c8")
+    real_read_bytes = Path.read_bytes
+
+    def refuse(self):
+        if self.name == "adapter_config.json":
+            raise PermissionError(13, "Permission denied")
+        return real_read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    closing = check(tmp_path, camp)
+    assert "adapter_config.json cannot be read: Permission denied" in cause(closing, "locked")
+
+
 def test_a_reload_command_decides_and_its_failures_are_plain_causes(tmp_path):
     python = sys.executable
     camp = make_campaign(
