@@ -93,8 +93,9 @@ def lookup(directory: Path, text: str) -> tuple[CampaignModel, tuple[str, ...]] 
     folder = _folder(directory)
     path = folder / _key(text)
     try:
-        if not _private(folder.lstat()) or not stat.S_ISDIR(folder.lstat().st_mode):
-            return None
+        status = folder.lstat()
+        if not stat.S_ISDIR(status.st_mode) or not _private(status):
+            return None  # a link, or a folder others can write to: not trusted
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None

@@ -174,3 +174,12 @@ def test_an_invalid_campaign_is_never_kept(seed_campaign):
     with pytest.raises(CampaignError):
         load_campaign(seed_campaign, cache=True)
     assert entries(seed_campaign) == []
+
+
+def test_a_validated_folder_that_is_a_link_is_not_trusted(seed_campaign, tmp_path):
+    load_campaign(seed_campaign, cache=True)
+    folder = seed_campaign / ".cockpit" / campaign_cache.FOLDER
+    elsewhere = tmp_path / "elsewhere-folder"
+    folder.rename(elsewhere)
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    assert campaign_cache.lookup(seed_campaign.resolve(), (seed_campaign / "campaign.toml").read_text()) is None
