@@ -574,6 +574,31 @@ async def test_runs_table_updates_only_changed_cells(seed_campaign, monkeypatch)
         assert table.row_count == 2 and table.selected_run_id == "v-r16"
 
 
+async def test_a_repainted_row_draws_only_its_changed_cells_again(seed_campaign, monkeypatch):
+    """Regression: Textual's LRUCache.set keeps an existing key's old value, so a cell that had
+    changed once was drawn again on every repaint of its row, for ever."""
+    source = FakeSource(make_snapshot())
+    app = make_app(seed_campaign, source=source)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await started(app, pilot)
+        table = app.query_one(RunsTable)
+        drawn: list[str] = []
+        original = RunsTable._render_plain_cell
+        monkeypatch.setattr(RunsTable, "_render_plain_cell", lambda self, value, row, column, *a: (
+            drawn.append(self._column_locations.get_key(column).value), original(self, value, row, column, *a))[1])
+        first = replace(seed_runs()[0], loss=0.3999)  # the loss cell changes once, then stays
+        app.apply_snapshot(make_snapshot(runs=(first,) + seed_runs()[1:]))
+        await pilot.pause()
+        assert drawn == ["loss"]
+        drawn.clear()
+        for step in (12100, 12200, 12300):
+            moved = replace(first, step=step, last={**first.last, "step": step})
+            app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+            await pilot.pause()
+            assert drawn == ["step"], (step, drawn)  # the loss, run, state… cells come from the cache
+            drawn.clear()
+
+
 async def test_fast_cell_rendering_draws_what_datatable_draws(seed_campaign):
     long_id = make_run("a-run-with-a-very-long-identifier", state="failed", loss=float("nan"))
     app = make_app(seed_campaign, make_snapshot(runs=seed_runs() + (long_id,)))

@@ -199,8 +199,10 @@ class RunsTable(DataTable):
         key = (row_key, column_key, row_index, column_index, base_style, width, cursor, hover,
                self._show_hover_cursor, self.show_cursor, self._pseudo_class_state)
         cached = self._cell_lines.get(key)
-        if cached is not None and cached[0] is value:  # identity: the cache holds the value, so its id stays its own
-            return cached[1]
+        if cached is not None:
+            if cached[0] is value:  # identity: the cache holds the value, so its id stays its own
+                return cached[1]
+            self._cell_lines.discard(key)  # Textual's LRUCache.set keeps an existing key's old value
         if isinstance(value, Text) and not value.spans and "\n" not in value.plain and self.cell_padding >= 0:
             lines = self._render_plain_cell(value, row_index, column_index, base_style, width, cursor, hover)
         else:
