@@ -5,7 +5,11 @@ pydantic. Their constraints are written as annotations (`hours: PositiveHours`) 
 `cockpit.campaign_schema` resolves when it validates a file, naming the file, the table, the item
 id and the key of every problem. A campaign text validated once is kept in `.cockpit/` by
 `cockpit.campaign_cache`; commands that run every few seconds (`status`, `watch`, the TUI)
-read it from there as long as the text and this code are unchanged."""
+read it from there as long as the text and this code are unchanged.
+
+Building a table directly (`StopRule(id=..., kind="below", ...)`, as tests do) converts enum
+texts and runs the checks across fields (`__post_init__`), but not the per-field constraints
+and conversions: those are pydantic's, in `cockpit.campaign_schema`."""
 
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 from cockpit import catalog
 
 if TYPE_CHECKING:
-    # For readers and type checkers only: at run time these names are resolved by pydantic,
-    # inside cockpit.campaign_schema._adapter, where each carries its constraint.
+    # For readers and type checkers only: at run time cockpit.campaign_schema adds these names,
+    # each with its constraint, to this module's namespace (CONSTRAINED_TYPES) before validating.
     from pydantic import Field
 
     Money = Decimal  # dollars with whole cents, from "47.14", 47.14 or 110
@@ -378,7 +382,8 @@ def _toml_key(name: str) -> str:
 class CampaignModel:
     """The whole file, as validated."""
 
-    __pydantic_config__ = {**_STRICT_KEYS, "alias_generator": _toml_key}
+    # the TOML keys; the attribute names are accepted too, as the schema has always read them
+    __pydantic_config__ = {**_STRICT_KEYS, "alias_generator": _toml_key, "validate_by_alias": True, "validate_by_name": True}
 
     schema_: SchemaVersion
     id: Identifier

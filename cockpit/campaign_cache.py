@@ -1,24 +1,30 @@
 """Campaign texts already validated, kept in `.cockpit/validated/` so that the commands that run
 every few seconds (`status`, `watch`, the TUI) skip TOML parsing and pydantic.
 
-An entry is named by the SHA-256 of the campaign text *and* of the code that validated it (this
-package's version, the campaign and schema modules, the catalogue), so editing `campaign.toml`,
-upgrading the cockpit or changing the catalogue simply misses, and the text is validated again.
-It is a cache and nothing else: an entry that is missing, unreadable, foreign, corrupt or not
-the user's own is ignored; one that cannot be written is not written. Either way the answer is
-the one full validation gives.
+An entry is named by the SHA-256 of the campaign text *and* of what validated it (this
+package's version and the sources of its campaign, schema and catalogue modules, the catalogue
+data, the Python version, the installed pydantic and pydantic-core), and holds that name, so
+editing `campaign.toml`, upgrading anything involved or renaming an entry simply misses, and
+the text is validated again. It is a cache and nothing else: an entry that is missing,
+unreadable, foreign, corrupt or not the user's own is ignored; one that cannot be written is not
+written. Either way the answer is the one full validation gives.
 
 Entries are pickles read by an unpickler that can build nothing but the campaign's own tables,
-enums, dates and decimals, from a file owned by this user in a folder only they can write to.
+enums, dates and decimals, from a file owned by this user, opened without following links, in a
+folder that is not a link and that only they can write to.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import io
 import os
 import pickle
 import stat
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +32,12 @@ if TYPE_CHECKING:
     from cockpit.campaign import Campaign, CampaignModel
 
 FOLDER = "validated"
-FORMAT = 1
+FORMAT = 2
 KEEP = 8  # entries kept: the current campaign text, the frozen plan, a few recent edits
 MAX_BYTES = 8 << 20  # an entry larger than this is not ours
-_SOURCES = ("campaign.py", "campaign_schema.py", "campaign_cache.py", "data/catalog.json")
+STALE_TEMPORARY_SECONDS = 600  # a temporary file this old was left by a process that died
+_SOURCES = ("__init__.py", "campaign.py", "campaign_schema.py", "campaign_cache.py", "catalog.py", "data/catalog.json")
+_VALIDATORS = ("pydantic", "pydantic_core")  # their installed files, by size and time
 
 _ALLOWED = {
     "datetime": {"datetime", "date", "timedelta", "timezone"},
@@ -37,27 +45,34 @@ _ALLOWED = {
 }
 
 
-def _code_digest() -> bytes:
-    """What the validation depends on besides the text: this package's version and sources."""
-    from cockpit import __version__
-
-    digest = hashlib.sha256(f"{__version__}/{FORMAT}".encode())
+def _code_digest() -> bytes | None:
+    """What validation depends on besides the text; None when it cannot be told (no caching)."""
+    digest = hashlib.sha256(f"{FORMAT}/{sys.version}".encode())
     package = Path(__file__).resolve().parent
-    for name in _SOURCES:
-        try:
-            digest.update((package / name).read_bytes())
-        except OSError:
-            digest.update(f"missing:{name}".encode())
+    try:
+        for name in _SOURCES:
+            digest.update(name.encode() + b"\0" + (package / name).read_bytes())
+        for name in _VALIDATORS:
+            spec = importlib.machinery.PathFinder.find_spec(name)  # finds the package without importing it
+            if spec is None or not spec.origin:
+                return None
+            info = os.stat(spec.origin)
+            digest.update(f"{name}:{spec.origin}:{info.st_size}:{info.st_mtime_ns}".encode())
+    except (OSError, ImportError, ValueError):
+        return None
     return digest.digest()
 
 
 _CODE: bytes | None = None
+_CODE_KNOWN = False
 
 
-def _key(text: str) -> str:
-    global _CODE
+def _key(text: str) -> str | None:
+    global _CODE, _CODE_KNOWN
+    if not _CODE_KNOWN:
+        _CODE, _CODE_KNOWN = _code_digest(), True
     if _CODE is None:
-        _CODE = _code_digest()
+        return None
     return hashlib.sha256(_CODE + text.encode("utf-8")).hexdigest()
 
 
@@ -86,19 +101,35 @@ def _private(status: os.stat_result) -> bool:
     return status.st_uid == os.getuid() and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
+def _open_folder(folder: Path) -> int | None:
+    """A descriptor of the folder if it is a real folder of this user's that others cannot write."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if _private(os.fstat(fd)):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def lookup(directory: Path, text: str) -> tuple[CampaignModel, tuple[str, ...]] | None:
     """The validated model and warnings for this text, if this code kept them; else None."""
     from cockpit.campaign import CampaignModel
 
-    folder = _folder(directory)
-    path = folder / _key(text)
+    key = _key(text)
+    folder_fd = _open_folder(_folder(directory)) if key else None
+    if folder_fd is None:
+        return None
     try:
-        status = folder.lstat()
-        if not stat.S_ISDIR(status.st_mode) or not _private(status):
-            return None  # a link, or a folder others can write to: not trusted
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(key, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
     except OSError:
         return None
+    finally:
+        os.close(folder_fd)
     try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode) or not _private(status) or status.st_size > MAX_BYTES:
@@ -113,9 +144,9 @@ def lookup(directory: Path, text: str) -> tuple[CampaignModel, tuple[str, ...]] 
         entry = _TablesOnly(io.BytesIO(data)).load()
     except Exception:  # a corrupt or foreign entry is a miss, whatever it raises
         return None
-    if not (isinstance(entry, tuple) and len(entry) == 3 and entry[0] == FORMAT):
-        return None
-    _, model, warnings = entry
+    if not (isinstance(entry, tuple) and len(entry) == 4 and entry[0] == FORMAT and entry[1] == key):
+        return None  # another format, or an entry moved under another text's name
+    _, _, model, warnings = entry
     if not isinstance(model, CampaignModel) or not isinstance(warnings, tuple):
         return None
     if not all(isinstance(w, str) for w in warnings):
@@ -126,45 +157,61 @@ def lookup(directory: Path, text: str) -> tuple[CampaignModel, tuple[str, ...]] 
 def keep(campaign: Campaign) -> bool:
     """Keep a validated campaign for its text; False (and nothing written) when that fails."""
     from cockpit.metrics import STATE_DIR_MODE, STATE_FILE_MODE
+    from cockpit.runlog import state_dir
 
-    folder = _folder(campaign.directory)
-    path = folder / _key(campaign.text)
+    key = _key(campaign.text)
+    if key is None:
+        return False
     try:
-        data = pickle.dumps((FORMAT, campaign.model, tuple(campaign.warnings)), protocol=5)
+        data = pickle.dumps((FORMAT, key, campaign.model, tuple(campaign.warnings)), protocol=5)
     except (pickle.PicklingError, TypeError, RecursionError, AttributeError):
         return False
     if len(data) > MAX_BYTES:
         return False
-    temporary = folder / f".{path.name}.{os.getpid()}.tmp"
     try:
-        folder.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, STATE_FILE_MODE)
+        state_dir(campaign.directory)  # .cockpit/ as every writer creates it: owner and group only
+        _folder(campaign.directory).mkdir(mode=STATE_DIR_MODE, exist_ok=True)
+    except OSError:
+        return False
+    folder_fd = _open_folder(_folder(campaign.directory))
+    if folder_fd is None:
+        return False  # a folder that lookup would not trust: writing there would never be read
+    temporary = f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     STATE_FILE_MODE, dir_fd=folder_fd)
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
         finally:
             os.close(fd)
-        os.replace(temporary, path)
+        os.replace(temporary, key, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
     except OSError:
         try:
-            temporary.unlink()
+            os.unlink(temporary, dir_fd=folder_fd)
         except OSError:
             pass
+        os.close(folder_fd)
         return False
-    _prune(folder)
+    _prune(folder_fd)
+    os.close(folder_fd)
     return True
 
 
-def _prune(folder: Path) -> None:
-    """Keep the KEEP most recently written entries."""
+def _prune(folder_fd: int) -> None:
+    """Keep the KEEP most recently written entries; remove temporary files a dead process left."""
     try:
-        entries = sorted(
-            (entry for entry in folder.iterdir() if len(entry.name) == 64 and not entry.name.startswith(".")),
-            key=lambda entry: entry.stat().st_mtime_ns,
-            reverse=True,
-        )
-        for old in entries[KEEP:]:
-            old.unlink()
+        entries: list[tuple[int, str]] = []
+        now = time.time()
+        for name in os.listdir(folder_fd):
+            info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            if name.startswith(".") and name.endswith(".tmp"):
+                if now - info.st_mtime > STALE_TEMPORARY_SECONDS:
+                    os.unlink(name, dir_fd=folder_fd)
+            elif len(name) == 64:
+                entries.append((info.st_mtime_ns, name))
+        for _, name in sorted(entries, reverse=True)[KEEP:]:
+            os.unlink(name, dir_fd=folder_fd)
     except OSError:
         pass

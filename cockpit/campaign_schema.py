@@ -2,9 +2,10 @@
 CampaignError whose every finding names the file, the table, the item id, the key and the line.
 
 This is the only module that imports pydantic. The campaign's dataclasses write their
-constraints as annotations (`hours: PositiveHours`, `Field(gt=0)`) that `cockpit.campaign` does
-not import at run time; pydantic resolves them here, in `_adapter`'s namespace. So a command
-that finds its campaign already validated (`cockpit.campaign_cache`) never pays for pydantic.
+constraints as annotations (`hours: PositiveHours`, `Field(gt=0)`) whose names
+`cockpit.campaign` does not define at run time; this module adds them to its namespace
+(`CONSTRAINED_TYPES`) before pydantic reads the annotations. So a command that finds its
+campaign already validated (`cockpit.campaign_cache`) never pays for pydantic.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Annotated, Any
 
 import pydantic
 
+from cockpit import campaign as campaign_module
 from cockpit import catalog
 from cockpit.campaign import (
     CAMPAIGN_FILE,
@@ -87,18 +89,24 @@ def _known_schema(value: int) -> int:
     return value
 
 
+# The constrained types the campaign's annotations name (see cockpit.campaign's TYPE_CHECKING
+# block). They join cockpit.campaign's namespace here, when validation is first needed, so that
+# pydantic resolves those annotations as it resolves any module-level name.
+CONSTRAINED_TYPES: dict[str, Any] = {
+    "Field": pydantic.Field,
+    "Money": Annotated[Decimal, pydantic.BeforeValidator(_money)],
+    "PositiveHours": Annotated[float, pydantic.Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)],
+    "Identifier": Annotated[str, pydantic.Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/\-]*$")],
+    "LotStart": Annotated[datetime | None, pydantic.BeforeValidator(_lot_start)],
+    "SchemaVersion": Annotated[int, pydantic.AfterValidator(_known_schema)],
+}
+for _name, _type in CONSTRAINED_TYPES.items():
+    setattr(campaign_module, _name, _type)
+
+
 @cache
 def _adapter() -> pydantic.TypeAdapter[CampaignModel]:
-    """The validator of a whole campaign file, built once.
-
-    The campaign's annotations name the constrained types below; pydantic looks them up in this
-    frame's locals when it builds the schema (see the module's doc)."""
-    Field = pydantic.Field  # noqa: N806
-    Money = Annotated[Decimal, pydantic.BeforeValidator(_money)]  # noqa: F841
-    PositiveHours = Annotated[float, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)]  # noqa: F841
-    Identifier = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/\-]*$")]  # noqa: F841
-    LotStart = Annotated[datetime | None, pydantic.BeforeValidator(_lot_start)]  # noqa: F841
-    SchemaVersion = Annotated[int, pydantic.AfterValidator(_known_schema)]  # noqa: F841
+    """The validator of a whole campaign file, built once."""
     return pydantic.TypeAdapter(CampaignModel)
 
 

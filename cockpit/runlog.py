@@ -279,6 +279,9 @@ class RecordedState:
     closed: list[dict[str, Any]] = field(default_factory=list)
     _open_alerts: dict[str, AlertRecord] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        self._open_alerts = {a.key: a for a in self.alerts if a.acknowledged is None}
+
     @classmethod
     def from_events(cls, events: list[dict[str, Any]]) -> "RecordedState":
         return cls().apply(events)

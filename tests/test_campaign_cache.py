@@ -125,6 +125,7 @@ def test_a_change_of_code_misses(seed_campaign, monkeypatch):
     load_campaign(seed_campaign, cache=True)
     assert campaign_cache.lookup(seed_campaign.resolve(), text) is not None
     monkeypatch.setattr(campaign_cache, "_CODE", b"another version of the cockpit")
+    monkeypatch.setattr(campaign_cache, "_CODE_KNOWN", True)
     assert campaign_cache.lookup(seed_campaign.resolve(), text) is None
 
 
@@ -183,3 +184,49 @@ def test_a_validated_folder_that_is_a_link_is_not_trusted(seed_campaign, tmp_pat
     folder.rename(elsewhere)
     folder.symlink_to(elsewhere, target_is_directory=True)
     assert campaign_cache.lookup(seed_campaign.resolve(), (seed_campaign / "campaign.toml").read_text()) is None
+
+
+def test_an_entry_moved_under_another_texts_name_is_a_miss(seed_campaign):
+    path = seed_campaign / "campaign.toml"
+    original = path.read_text()
+    load_campaign(seed_campaign, cache=True)
+    (entry,) = entries(seed_campaign)
+    edited = original.replace('price_usd = "47.14"', 'price_usd = "47.15"')
+    entry.rename(entry.with_name(campaign_cache._key(edited)))
+    assert campaign_cache.lookup(seed_campaign.resolve(), edited) is None
+
+
+def test_what_a_killed_writer_left_is_removed_once_old(seed_campaign):
+    load_campaign(seed_campaign, cache=True)
+    folder = seed_campaign / ".cockpit" / campaign_cache.FOLDER
+    old = folder / f".{'a' * 64}.999999.1.tmp"
+    fresh = folder / f".{'b' * 64}.999999.1.tmp"
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(old, (0, 0))
+    path = seed_campaign / "campaign.toml"
+    path.write_text(path.read_text() + "\n# edited\n")
+    load_campaign(seed_campaign, cache=True)  # a new entry: the folder is tidied
+    assert not old.exists() and fresh.exists()
+
+
+def test_nothing_is_kept_when_the_code_cannot_be_told(seed_campaign, monkeypatch):
+    monkeypatch.setattr(campaign_cache, "_CODE", None)
+    monkeypatch.setattr(campaign_cache, "_CODE_KNOWN", True)
+    assert load_campaign(seed_campaign, cache=True).id == "sentiment-lora-2026-11"
+    assert entries(seed_campaign) == []
+
+
+def test_a_folder_others_can_write_gets_no_entry(seed_campaign):
+    folder = seed_campaign / ".cockpit" / campaign_cache.FOLDER
+    folder.mkdir(parents=True)
+    folder.chmod(0o777)
+    assert load_campaign(seed_campaign, cache=True).id == "sentiment-lora-2026-11"
+    assert list(folder.iterdir()) == []
+
+
+def test_the_code_digest_covers_the_validator_and_the_catalogue():
+    digest = campaign_cache._code_digest()
+    assert digest is not None and len(digest) == 32
+    assert "catalog.py" in campaign_cache._SOURCES and "data/catalog.json" in campaign_cache._SOURCES
+    assert campaign_cache._VALIDATORS == ("pydantic", "pydantic_core")

@@ -58,6 +58,20 @@ def test_nothing_the_cockpit_writes_is_world_accessible_even_under_umask_0(seed_
         assert mode & 0o020 == 0, f"{path} is {oct(mode)}: group-writable"
 
 
+@pytest.mark.parametrize("umask", [0, 0o002])
+def test_a_first_status_creates_nothing_the_group_or_world_can_write(seed_campaign, umask):
+    """`status` may be the first command on a campaign: .cockpit/ and all it writes there keep the
+    same modes as when a recording created them first."""
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": time.time(), "step": 1, "loss": 1.0}])
+    assert cockpit("status", str(seed_campaign), "--json", umask=umask).returncode in (0, 1)
+    state = seed_campaign / ".cockpit"
+    written = [state, *state.rglob("*")]
+    assert {p.name for p in written} >= {".cockpit", "validated", "metrics-state.json"}
+    for path in written:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        assert mode & 0o022 == 0 and mode & 0o007 == 0, f"{path} is {oct(mode)}"
+
+
 # ---------------------------------------------------------------------------------------------
 # No shell, ever
 
