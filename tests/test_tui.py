@@ -6,6 +6,7 @@ every time shown comes from the snapshot or an injected clock."""
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from dataclasses import replace
@@ -739,6 +740,35 @@ async def test_eight_gpus_fit_one_line_each_at_80x24(seed_campaign):
         await started(app, pilot)
         await pilot.pause()
         assert not any(row.compact for row in app.query("GpuRow"))
+
+
+async def test_a_gpu_scrolled_out_of_view_is_drawn_fresh_when_it_comes_back(seed_campaign):
+    """A row out of view is not repainted each second (Textual would re-arrange the whole screen
+    for it every frame); scrolled back into view, it shows the latest sample, not a stale one."""
+    app = make_app(seed_campaign, make_snapshot(gpus=8))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause()
+        panel = app.query_one(GpuPanel)
+        hidden = [row for row in panel.query(GpuRow) if not panel._in_view(row)]
+        assert hidden, "at 80×24 some of 8 GPUs are scrolled out of view"
+        row = hidden[-1]
+        repaints: list[GpuRow] = []
+        original = GpuRow.refresh
+        GpuRow.refresh = lambda self, *a, **kw: (repaints.append(self), original(self, *a, **kw))[1]
+        try:
+            gpus = tuple(replace(make_gpu(i), utilization_percent=100.0 if i == row.gpu.index else 87.0,
+                                 temperature_c=99.0 if i == row.gpu.index else 60.0) for i in range(8))
+            app.apply_snapshot(replace(make_snapshot(gpus=8), gpus=gpus))
+            await pilot.pause()
+            assert row not in repaints  # out of view: kept, not repainted
+            panel.scroll_end(animate=False)
+            await pilot.pause()
+            await pilot.pause()
+            assert panel._in_view(row) and row in repaints
+        finally:
+            GpuRow.refresh = original
+        assert "\xa0100%" in html.unescape(app.export_screenshot())  # the newest sample (the others show 87 %)
 
 
 # ---------------------------------------------------------------- themes, help, quit

@@ -70,7 +70,7 @@ class GpuPanel(VerticalScroll):
                 row = rows[f"gpu-{gpu.index}"] = GpuRow(gpu)
                 new_rows.append(row)
             else:
-                row.show(gpu)
+                row.show(gpu, in_view=self._in_view(row))
         if new_rows:
             self.mount_all(new_rows, before="#host")
         self._gpu_count = len(wanted)
@@ -80,6 +80,25 @@ class GpuPanel(VerticalScroll):
 
     def on_resize(self) -> None:
         self._fit_rows()
+        self._repaint_rows_in_view()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._repaint_rows_in_view()
+
+    def _in_view(self, row: GpuRow) -> bool:
+        """Whether any line of the row is inside the panel's scrolled window (a row not laid out
+        yet counts as in view)."""
+        region = row.virtual_region
+        if not region.height:
+            return True
+        top = self.scroll_offset.y
+        return region.bottom > top and region.y < top + self.scrollable_content_region.height
+
+    def _repaint_rows_in_view(self) -> None:
+        for row in self._rows.values():
+            if self._in_view(row):
+                row.repaint_if_stale()
 
     def _fit_rows(self) -> None:
         """Two lines per GPU when they all fit, else one (8 GPUs at 80×24); scroll beyond that."""

@@ -42,11 +42,12 @@ class GpuRow(TextLines):
         self.gpu = gpu
         self.compact = False
 
-    def show(self, gpu: GpuView) -> None:
-        """A new sample: the histories are new tuples, so an unchanged GPU compares equal and costs nothing."""
+    def show(self, gpu: GpuView, *, in_view: bool = True) -> None:
+        """A new sample: the histories are new tuples, so an unchanged GPU compares equal and costs
+        nothing. Out of view (scrolled away), it is drawn when it comes back."""
         if gpu != self.gpu:
             self.gpu = gpu
-            self.update_lines()
+            self.update_lines(repaint=in_view)
 
     def set_compact(self, compact: bool) -> None:
         if compact != self.compact:

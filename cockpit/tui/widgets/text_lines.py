@@ -28,6 +28,7 @@ class TextLines(Widget):
         self._strips: dict[int, Strip] = {}
         self._built_width = -1
         self._styles: dict[str, Style] = {}
+        self._stale = False  # lines changed while out of view, not repainted yet
 
     # -- for subclasses
 
@@ -42,8 +43,12 @@ class TextLines(Widget):
         """The content as lines for `width` cells (each line is cropped to it)."""
         raise NotImplementedError
 
-    def update_lines(self) -> None:
-        """Rebuild the lines from the subclass's state and repaint the ones that differ."""
+    def update_lines(self, *, repaint: bool = True) -> None:
+        """Rebuild the lines from the subclass's state and repaint the ones that differ.
+
+        `repaint=False` is for a widget scrolled out of view: its new lines are kept and drawn by
+        `repaint_if_stale` when it comes back. (Textual re-arranges the whole screen, every frame,
+        for a widget refreshed while it is not visible.) A change of height is always laid out."""
         width = self.size.width
         if width <= 0:  # not laid out yet: the first render builds them
             self._built_width = -1
@@ -60,7 +65,16 @@ class TextLines(Widget):
         changed = [y for y, (new, old) in enumerate(zip(lines, before)) if not _same(new, old)]
         for y in changed:
             self._strips.pop(y, None)
-            self.refresh(Region(0, y, width, 1))
+            if repaint:
+                self.refresh(Region(0, y, width, 1))
+        if changed and not repaint:
+            self._stale = True
+
+    def repaint_if_stale(self) -> None:
+        """Draw what changed while the widget was out of view."""
+        if self._stale:
+            self._stale = False
+            self.refresh()
 
     # -- Textual
 
