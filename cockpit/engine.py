@@ -18,7 +18,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from cockpit import decisions
 from cockpit.calendar import schedule
 from cockpit.campaign import Campaign, CampaignError, read_campaign_text
 from cockpit.clock import ItemProgress, lot_clock
@@ -343,6 +342,8 @@ class Engine:
         self._follow_log()
 
     def _auto_stop(self, trigger: Trigger) -> None:
+        from cockpit import decisions  # only when a rule stops a run: most ticks never need it
+
         track = self.streams[trigger.run_id].track
         signal = (lambda: self._terminate(trigger.run_id)) if self.signal_runs else None
         try:

@@ -9,10 +9,8 @@ a hung call) and each one degrades a field, a GPU or the whole panel, and says w
 from __future__ import annotations
 
 import atexit
-import logging
 import math
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -23,7 +21,14 @@ from typing import Any, Protocol
 
 from cockpit.runlog import iso, utc_now
 
-LOGGER = logging.getLogger("cockpit.gpu")
+
+
+def _logger():
+    """The module's logger, imported on first use: only failures are logged, and `status` starts
+    faster without the logging package."""
+    import logging
+
+    return logging.getLogger("cockpit.gpu")
 
 Clock = Callable[[], datetime]
 Monotonic = Callable[[], float]
@@ -393,7 +398,7 @@ class NvmlSource:
         if self._closed:
             return
         if not self._lock.acquire(timeout=self.SHUTDOWN_WAIT_SECONDS):
-            LOGGER.warning("NVML shutdown skipped: a GPU query is still running")
+            _logger().warning("NVML shutdown skipped: a GPU query is still running")
             self._closed = True
             return
         try:
@@ -406,7 +411,7 @@ class NvmlSource:
                 try:
                     self._nvml.nvmlShutdown()
                 except Exception as error:
-                    LOGGER.debug("nvmlShutdown failed: %s", error)
+                    _logger().debug("nvmlShutdown failed: %s", error)
         finally:
             self._lock.release()
 
@@ -443,7 +448,7 @@ class NvmlSource:
             return
         self._warned.add(key)
         self._warnings.append(message)
-        LOGGER.warning(message)
+        _logger().warning(message)
 
     def _lost_sample(self, gpu: _Gpu) -> GpuSample:
         return GpuSample(
@@ -675,7 +680,7 @@ class GpuSampler:
             try:
                 snapshot = self.source.sample()
             except Exception as error:  # a bug in a source must not kill sampling for good
-                LOGGER.exception("GPU sampling failed")
+                _logger().exception("GPU sampling failed")
                 snapshot = GpuSnapshot(
                     available=False, reason=f"GPU sampling failed: {_error_text(error)}", taken_at=self._clock()
                 )
@@ -748,6 +753,8 @@ class FakeGpus:
     ):
         if count < 0:
             raise ValueError("a simulated box cannot hold a negative number of GPUs")
+        import random
+
         self._rng = random.Random(seed)
         self._clock = clock
         self._lock = threading.Lock()
