@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cockpit.runlog import DIR_MODE, FILE_MODE, STATE_DIR, state_dir
+
 if TYPE_CHECKING:
     from cockpit.campaign import Campaign, CampaignModel
 
@@ -77,8 +79,6 @@ def _key(text: str) -> str | None:
 
 
 def _folder(directory: Path) -> Path:
-    from cockpit.runlog import STATE_DIR
-
     return directory / STATE_DIR / FOLDER
 
 
@@ -156,9 +156,6 @@ def lookup(directory: Path, text: str) -> tuple[CampaignModel, tuple[str, ...]] 
 
 def keep(campaign: Campaign) -> bool:
     """Keep a validated campaign for its text; False (and nothing written) when that fails."""
-    from cockpit.metrics import STATE_DIR_MODE, STATE_FILE_MODE
-    from cockpit.runlog import state_dir
-
     key = _key(campaign.text)
     if key is None:
         return False
@@ -170,7 +167,7 @@ def keep(campaign: Campaign) -> bool:
         return False
     try:
         state_dir(campaign.directory)  # .cockpit/ as every writer creates it: owner and group only
-        _folder(campaign.directory).mkdir(mode=STATE_DIR_MODE, exist_ok=True)
+        _folder(campaign.directory).mkdir(mode=DIR_MODE, exist_ok=True)
     except OSError:
         return False
     folder_fd = _open_folder(_folder(campaign.directory))
@@ -179,7 +176,7 @@ def keep(campaign: Campaign) -> bool:
     temporary = f".{key}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     STATE_FILE_MODE, dir_fd=folder_fd)
+                     FILE_MODE, dir_fd=folder_fd)
         try:
             view = memoryview(data)
             while view:

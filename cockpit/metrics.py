@@ -22,6 +22,8 @@ from typing import Any
 
 import orjson
 
+from cockpit.runlog import STATE_DIR
+
 MAX_LINE_BYTES = 1 << 20  # a metrics line longer than this is skipped and counted, never held
 CHUNK_BYTES = 1 << 22  # read 4 MiB at a time: few system calls, bounded memory
 HEAD_BYTES = 64  # the first bytes of the file, to notice a file rewritten in place past our offset
@@ -819,8 +821,6 @@ class SavedState:
 def state_file(directory: str | Path) -> Path:
     """Where a campaign's reading positions and rule state are saved (`.cockpit/`, created on the
     first save)."""
-    from cockpit.runlog import STATE_DIR
-
     return Path(directory) / STATE_DIR / STATE_FILE
 
 
