@@ -41,6 +41,8 @@ SCHEMA = 1
 CENT = Decimal("0.01")
 MONEY_DIGITS = 12  # whole-dollar digits at most: a lot price of a trillion USD is a typo
 MAX_HOURS = 24 * 3660.0  # ten years: longer than any lot; keeps date arithmetic finite
+MAX_STEPS = 10**12  # more optimizer steps than any training run takes; keeps rates and ETAs finite
+MAX_GPU_INDEX = 63  # a box holds at most 64 GPUs
 
 
 def _shown(value: Any, limit: int = 60) -> str:
@@ -211,7 +213,7 @@ class Task:
     kind: TaskKind
     tier: Tier = Tier.indispensable
     hours: PositiveHours
-    gpus: list[Annotated[int, Field(ge=0)]] | None = None
+    gpus: list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]] | None = None
     after: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -248,9 +250,9 @@ class Run:
     role: Role
     tier: Tier = Tier.indispensable
     hours: PositiveHours
-    gpus: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] = field(default_factory=_first_gpu)
+    gpus: Annotated[list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]], Field(min_length=1)] = field(default_factory=_first_gpu)
     after: list[str] = field(default_factory=list)
-    total_steps: Annotated[int | None, Field(gt=0)] = None
+    total_steps: Annotated[int | None, Field(gt=0, le=MAX_STEPS)] = None
     metrics: str | None = None
     checkpoints: str | None = None
 
@@ -312,7 +314,7 @@ class StopRule:
     runs: list[str] | None = None
     metric: Annotated[str | None, Field(min_length=1)] = None
     threshold: Annotated[float | None, Field(allow_inf_nan=False)] = None
-    after_step: Annotated[int | None, Field(ge=0)] = None
+    after_step: Annotated[int | None, Field(ge=0, le=MAX_STEPS)] = None
     within_hours: Annotated[float | None, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)] = None
     minutes: Annotated[float | None, Field(gt=0, le=MAX_HOURS * 60, allow_inf_nan=False)] = None
 

@@ -197,7 +197,14 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
             "less_than_equal": ("at most", "le"),
         }[kind]
         limit = ctx.get(words[1])
-        message = f"must be {words[0]} {limit:g}{got}" if isinstance(limit, (int, float)) else f"must be {words[0]} {limit}{got}"
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            message = f"must be {words[0]} {limit}{got}"
+        else:
+            message = f"must be {words[0]} {limit:g}{got}" if isinstance(limit, (int, float)) else f"must be {words[0]} {limit}{got}"
+        if kind in ("less_than", "less_than_equal") and str(loc[-1] if loc else "") in _LIMIT_REASONS:
+            message += f": {_LIMIT_REASONS[str(loc[-1])]}"
+        elif kind in ("less_than", "less_than_equal") and key in _LIMIT_REASONS:
+            message += f": {_LIMIT_REASONS[key]}"
     elif kind == "enum":
         message = f"must be one of {ctx.get('expected', '').replace(chr(39), '')}{got}"
     elif kind == "string_pattern_mismatch" and key == "id":
@@ -225,6 +232,21 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
     if index is None and table in _ARRAY_TABLES and not key_path:
         message = f"must be an array of tables written [[{table}]]{got}"
     return table, index, key_path or None, message
+
+
+# Why an upper bound is where it is, said after "must be at most N": no real campaign comes near.
+_LIMIT_REASONS = {
+    "total_steps": "more steps than any training run takes (the allowed range is 1 to 10^12)",
+    "after_step": "more steps than any training run takes (the allowed range is 0 to 10^12)",
+    "hours": "longer than any lot (the allowed range is up to ten years)",
+    "retrieval_hours": "longer than any lot (the allowed range is 0 to ten years)",
+    "within_hours": "longer than any lot (the allowed range is up to ten years)",
+    "warn_before_end_hours": "longer than any lot (the allowed range is up to ten years)",
+    "decide_after_hours": "longer than any lot (the allowed range is up to ten years)",
+    "minutes": "longer than any lot (the allowed range is up to ten years)",
+    "days": "longer than any lot (the allowed range is 1 to 3660 days)",
+    "gpus": "a box holds at most 64 GPUs (indexes 0 to 63)",
+}
 
 
 # ---------------------------------------------------------------- cross-item checks

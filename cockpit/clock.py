@@ -21,6 +21,9 @@ NO_START = "no_start"
 NOT_STARTED = "not_started"
 IN_PROGRESS = "running"
 ENDED = "ended"
+# The farthest the clock projects: work measured to end later than this (one step a day of 10^12
+# steps) is shown as ending then, not as a date no calendar holds. A century past any lot's end.
+HORIZON_HOURS = 100 * 366 * 24.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,13 @@ def _hours(delta: timedelta) -> float:
     return delta.total_seconds() / 3600.0
 
 
+def projected(base: datetime, hours: float) -> datetime:
+    """`base` plus `hours` of work, the hours bounded by the clock's horizon (never an overflow)."""
+    if not hours > 0:  # also NaN
+        return base
+    return base + timedelta(hours=min(float(hours), HORIZON_HOURS))
+
+
 def _utc(moment: datetime) -> datetime:
     """A naive time is read as UTC; everything inside is tz-aware UTC."""
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
@@ -150,7 +160,7 @@ def _running_hours(item: Any, progress: ItemProgress, now: datetime) -> float:
         if spent > 0:
             rate = progress.step / spent
     if total and progress.step is not None and rate and rate > 0:
-        return max(0.0, (total - progress.step) / rate)
+        return min(HORIZON_HOURS, max(0.0, (total - progress.step) / rate))
     if progress.started_at is not None:
         return max(0.0, float(item.hours) - _hours(now - _utc(progress.started_at)))
     return float(item.hours)
@@ -269,8 +279,8 @@ def lot_clock(
     # Items under way hold their GPUs now: place them first so nothing jumps in before them.
     order = [i for i in items if i.id in under_way] + [i for i in items if i.id not in under_way]
     replan = schedule(order, lot.gpu_count, retrieval, hours=left)
-    finish = origin + timedelta(hours=replan.retrieval_start_hours)
-    retrieval_end = origin + timedelta(hours=replan.committed_hours)
+    finish = projected(origin, replan.retrieval_start_hours)
+    retrieval_end = projected(origin, replan.committed_hours)
     overrun = max(0.0, _hours(retrieval_end - end))
     elapsed = min(window, max(0.0, _hours(now - start)))
     remaining = window if now < start else max(0.0, _hours(end - now))

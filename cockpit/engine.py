@@ -9,18 +9,19 @@ under the run log's lock, so a TUI and a headless watcher never log it twice), c
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from cockpit.calendar import schedule
 from cockpit.campaign import Campaign, CampaignError, read_campaign_text
-from cockpit.clock import ItemProgress, lot_clock
+from cockpit.clock import ItemProgress, lot_clock, projected
 from cockpit.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
 from cockpit.metrics import MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime, state_file
 from cockpit.procs import HostProcesses
@@ -60,6 +61,12 @@ def _run_start(track: RunTrack) -> float | None:
     started = track.started or {}
     ts = started.get("ts")
     return ts if isinstance(ts, (int, float)) else track.first_started_ts
+
+
+def _start_bounds(track: RunTrack) -> dict[str, float]:
+    """A start taken from when the `started` line was read only bounds the process's start from
+    above (it began before the line was read): no "started too long before" check then."""
+    return {"startup_allowance_s": math.inf} if track.started and track.started_ts_read else {}
 
 
 @dataclass
@@ -170,9 +177,9 @@ class Engine:
         try:
             state_dir(self.directory)
             save_state(state_file(self.directory), list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
-        except OSError as error:
+        except (OSError, ValueError, TypeError) as error:
             notice = (
-                f"cannot save the reading position in .cockpit/ ({error.strerror or error}); "
+                f"cannot save the reading position in .cockpit/ ({getattr(error, 'strerror', None) or error}); "
                 "the next start reads the metrics again, nothing recorded is lost"
             )
             if notice not in self.notices:
@@ -246,7 +253,11 @@ class Engine:
         changed = False
         for run_id, stream in self.streams.items():
             observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
-            result = stream.poll(observer)
+            try:  # one run's stream never hides another run, the GPUs or the clock
+                result = stream.poll(observer, now=now.timestamp())
+            except Exception as error:
+                self._run_failed(run_id, "its metrics could not be read this tick", error)
+                continue
             changed = changed or bool(result.lines) or result.reset
 
         self._log_run_starts(recorded)
@@ -259,12 +270,20 @@ class Engine:
         alive: dict[str, bool | None] = {}
         for run_id, stream in self.streams.items():
             pid = run_pids.get(run_id)
-            alive[run_id] = None if pid is None else self.host.is_alive(pid, _run_start(stream.track))
-            if recorded.stop_of(run_id) is None:
-                triggers.extend(self.evaluator.tick(run_id, stream.track, now, bool(alive[run_id])))
+            try:
+                alive[run_id] = None if pid is None else self.host.is_alive(pid, _run_start(stream.track), **_start_bounds(stream.track))
+                if recorded.stop_of(run_id) is None:
+                    triggers.extend(self.evaluator.tick(run_id, stream.track, now, bool(alive[run_id])))
+            except Exception as error:
+                alive.setdefault(run_id, None)
+                self._run_failed(run_id, "its time rules could not be evaluated this tick", error)
 
         progress = self._progress(recorded, alive)
-        reading = lot_clock(self.plan, now, progress, self.planned)
+        try:
+            reading = lot_clock(self.plan, now, progress, self.planned)
+        except Exception as error:  # the clock without the runs' measured progress, rather than none
+            self._run_failed(None, "the runs' measured progress could not be used by the clock", error)
+            reading = lot_clock(self.plan, now, {}, self.planned)
 
         pending = [
             _Pending(
@@ -316,6 +335,14 @@ class Engine:
         self._unsaved = self._unsaved or changed or bool(triggers)
         self._save(force=bool(triggers))
         return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded)
+
+    def _run_failed(self, run_id: str | None, what: str, error: Exception) -> str:
+        """Said once as a notice: a bug meeting one run's data costs that part of the tick only."""
+        subject = f"run {run_id}: " if run_id else ""
+        message = f"{subject}{what} ({type(error).__name__}: {str(error)[:200]}); everything else is shown"
+        if message not in self.notices:
+            self.notices.append(message)
+        return message
 
     def _log_run_starts(self, recorded: RecordedState) -> None:
         """`run_started` once for each `started` event a run reported (a restart is a new start)."""
@@ -437,18 +464,22 @@ class Engine:
             eta = None
             if state == "running" and run.total_steps and track.last_step is not None and rate and rate > 0:
                 base = seconds_to_datetime(track.last_ts) or now
-                eta = base + timedelta(hours=max(0, run.total_steps - track.last_step) / rate)
+                eta = projected(base, max(0, run.total_steps - track.last_step) / rate)
             advice = None
             save_seconds = (track.checkpoint or {}).get("seconds")
             if state == "running" and isinstance(save_seconds, (int, float)) and save_seconds > 0:
                 from cockpit.resume import save_advice  # a large module, needed only once runs save
 
-                advice = save_advice(
-                    float(save_seconds), source="checkpoint events", lot_end=lot.end,
-                    retrieval_hours=self.plan.model.calendar.retrieval_hours, now=now,
-                ).to_json()
+                try:
+                    advice = save_advice(
+                        float(save_seconds), source="checkpoint events", lot_end=lot.end,
+                        retrieval_hours=self.plan.model.calendar.retrieval_hours, now=now,
+                    ).to_json()
+                except (ArithmeticError, ValueError) as error:
+                    notices.append(self._run_failed(run.id, "no save advice from its checkpoint time", error))
             if track.bad_lines:
                 notices.append(f"run {run.id}: {track.bad_lines} metric line{'s' if track.bad_lines != 1 else ''} could not be read and were skipped")
+            notices.extend(track.notices(run.id))
             runs.append(
                 RunView(
                     id=run.id,
@@ -467,6 +498,7 @@ class Engine:
                     pid=run_pids.get(run.id),
                     alive=alive.get(run.id),
                     bad_lines=track.bad_lines,
+                    bad_fields=track.bad_fields,
                     stop_reason=(stop.get("rule") or stop.get("reason")) if stop else None,
                     save_advice=advice,
                 )
@@ -602,7 +634,7 @@ def terminate_run_of(
     pid = started.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool):
         return {"sent": False, "detail": f"run '{run_id}' has reported no pid (no `started` event), so no process was signalled"}
-    result = (host or HostProcesses()).terminate_run(pid, _run_start(track))
+    result = (host or HostProcesses()).terminate_run(pid, _run_start(track), **_start_bounds(track))
     return {"sent": result.sent, "pid": pid, "outcome": result.outcome, "detail": result.message}
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +38,13 @@ RATE_POINTS = 64  # (ts, step) points behind the step-rate estimate
 RATE_SPACING_S = 30.0  # at most one rate point per 30 s of the run's time
 MILLISECONDS_ABOVE = 1e11  # an epoch above this is in milliseconds (a 2026 epoch is ~1.8e9 s)
 STEP_MAX = 1 << 53  # a step past this is no step (and would overflow rates)
+# Plausible ranges: a value outside them is a counted bad field of its run, never a crash downstream
+# (dates past year 9999, timedeltas past a C int). A `ts` is a time in this century.
+TS_MIN = 946684800.0  # 2000-01-01T00:00:00Z
+TS_MAX = 4102444800.0  # 2100-01-01T00:00:00Z
+SECONDS_MAX = 7 * 86400.0  # a save or a reload that takes more than a week is no measurement
+BYTES_MAX = 1 << 50  # 1 PiB: no checkpoint is larger
+BAD_FIELDS_KEPT = 20
 STATE_FILE = "metrics-state.json"  # in the campaign's .cockpit/ folder
 STATE_VERSION = 1
 STATE_FILE_MODE = 0o640
@@ -86,7 +95,8 @@ def ts_seconds(value: Any) -> float | None:
     """A line's `ts` as epoch seconds: epoch seconds (number or text) or ISO-8601 (naive = UTC).
 
     Epochs above 1e11 are read as milliseconds, a common slip of JavaScript-minded writers.
-    Anything else (bool, NaN, garbage) is None: the line still counts, its time is unknown.
+    Anything else (bool, NaN, garbage, a time outside 2000-2100) is None: the line still counts,
+    its time is unknown.
     """
     kind = type(value)
     if kind is float or kind is int:
@@ -106,14 +116,17 @@ def ts_seconds(value: Any) -> float | None:
             if moment.tzinfo is None:
                 moment = moment.replace(tzinfo=timezone.utc)
             try:
-                return moment.timestamp()
+                seconds = moment.timestamp()
             except (OverflowError, OSError, ValueError):
                 return None
+            return seconds if TS_MIN <= seconds <= TS_MAX else None
     else:
         return None
     if seconds != seconds or seconds in (_INF, -_INF):
         return None
-    return seconds / 1000.0 if abs(seconds) > MILLISECONDS_ABOVE else seconds
+    if abs(seconds) > MILLISECONDS_ABOVE:
+        seconds /= 1000.0
+    return seconds if TS_MIN <= seconds <= TS_MAX else None
 
 
 def seconds_to_datetime(seconds: float | None) -> datetime | None:
@@ -130,6 +143,62 @@ def iso_seconds(seconds: float | None) -> str | None:
     if moment is None:
         return None
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def safe_text(value: str) -> tuple[str, bool]:
+    """Text that encodes as UTF-8, and whether it had to change: a lone surrogate (what Python's
+    `json.dumps` writes for a file name that is not UTF-8) becomes U+FFFD."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", value), True
+    return value, False
+
+
+def shown_value(value: Any, limit: int = 40) -> str:
+    """A bad value, short and printable, for the reason a field was ignored."""
+    if type(value) is int and not -STEP_MAX <= value <= STEP_MAX:
+        text = format_value(_big_int(value)) if value.bit_length() < 1024 else f"an integer of {value.bit_length()} bits"
+    elif is_number(value):
+        text = format_value(value)
+    else:
+        text = ascii(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _bad_ts(value: Any) -> str:
+    return (
+        f"ts {shown_value(value)} is not a time between 2000-01-01 and 2100-01-01 "
+        "(epoch seconds or milliseconds, or ISO-8601): the line's time is ignored"
+    )
+
+
+def _clean_text_fields(record: dict) -> bool:
+    """Lone surrogates in a record's keys and text values replaced in place; True if there were any.
+
+    Only the top level: nothing nested is kept or shown."""
+    dirty = False
+    for name in list(record):
+        value = record[name]
+        if type(value) is str:
+            clean, changed = safe_text(value)
+            if changed:
+                record[name] = clean
+                dirty = True
+        clean_name, changed = safe_text(name)
+        if changed:
+            record[clean_name] = record.pop(name)
+            dirty = True
+    return dirty
+
+
+_NOT_UNICODE = (
+    "text that is not valid Unicode (a lone surrogate, as json.dumps writes for a file name that is "
+    "not UTF-8): replaced with U+FFFD"
+)
 
 
 def _state_value(value: Any) -> Any:
@@ -164,10 +233,15 @@ class RunTrack:
     first_ts: float | None = None  # epoch seconds, as the run wrote them
     last_ts: float | None = None
     last_line_ts: float | None = None  # the last line's ts, or the file's mtime for a line without one
+    bad_fields: int = 0  # implausible values ignored in lines that were read (a ts in 1970, seconds in ns)
+    bad_field_samples: deque = field(default_factory=lambda: deque(maxlen=BAD_FIELDS_KEPT))  # (line, reason)
     nonfinite_lines: int = 0
     nonfinite_line: int | None = None  # the latest line holding a non-finite metric, and which
     nonfinite_metric: str | None = None
     started: dict | None = None  # {"pid", "config_sha256", "ts", "line"} of the latest start
+    # The latest `started` line had no usable ts: its "ts" is when the cockpit first read the line,
+    # a time the process had certainly started by (never the file's mtime, which moves with every write).
+    started_ts_read: bool = False
     first_started_ts: float | None = None
     starts: int = 0
     config_sha256s: list = field(default_factory=list)  # distinct, in order of appearance
@@ -221,6 +295,49 @@ class RunTrack:
         self.bad_lines += 1
         self.bad_samples.append((line, reason))
 
+    def note_bad_field(self, line: int, reason: str) -> None:
+        """A value of a line that was read was implausible and ignored (the rest of the line counts)."""
+        self.bad_fields += 1
+        self.bad_field_samples.append((line, reason))
+
+    def notices(self, run_id: str) -> list[str]:
+        """What the views say about this run's stream beyond its values: ignored fields, a guessed start."""
+        said: list[str] = []
+        if self.bad_fields:
+            line, reason = self.bad_field_samples[-1] if self.bad_field_samples else (None, "")
+            plural = "s" if self.bad_fields != 1 else ""
+            said.append(
+                f"run {run_id}: {self.bad_fields} implausible value{plural} ignored in its metrics"
+                + (f" (the latest, line {line}: {reason})" if line is not None else "")
+            )
+        if self.started and self.started_ts_read:
+            moment = iso_seconds(self.started.get("ts"))
+            said.append(
+                f"run {run_id}: its `started` line (line {self.started.get('line')}) has no ts; its start is taken "
+                f"as when the cockpit first read it ({moment}): write \"ts\" in the event to be exact"
+            )
+        return said
+
+    def _number_field(self, record: dict, name: str, event: str, line: int, top: float) -> float | None:
+        """A duration-like field (seconds) when present and plausible; an implausible one is counted."""
+        value = record.get(name)
+        if value is None:
+            return None
+        number = _number(value)
+        if number is None or not 0.0 <= number <= top:
+            self.note_bad_field(line, f"{event} {name} {shown_value(value)} is not a duration between 0 and {top:g} s (a week): ignored")
+            return None
+        return number
+
+    def _size_field(self, record: dict, name: str, event: str, line: int) -> int | None:
+        value = record.get(name)
+        if value is None:
+            return None
+        if type(value) is not int or not 0 <= value <= BYTES_MAX:
+            self.note_bad_field(line, f"{event} {name} {shown_value(value)} is not a size between 0 and 2^50 bytes (1 PiB): ignored")
+            return None
+        return value
+
     def note_step(self, step: int, ts: float | None) -> None:
         """A step reached at a time: the step rate's raw material (spaced, bounded)."""
         last = self.last_step
@@ -237,18 +354,24 @@ class RunTrack:
         self.rate_last_ts = ts
         self.rate_last_step = step
 
-    def take_event(self, record: dict, event: Any, line: int, ts: float | None) -> None:
-        """A line with an `event`: started, checkpoint, resume_verified, truncated, finished."""
+    def take_event(self, record: dict, event: Any, line: int, ts: float | None, *, ts_read: bool = False) -> None:
+        """A line with an `event`: started, checkpoint, resume_verified, truncated, finished.
+
+        `ts_read`: the line had no usable ts and `ts` is when it was read."""
         if event == "started":
             pid = record.get("pid")
+            if pid is not None and not (type(pid) is int and 0 < pid < 1 << 31):
+                self.note_bad_field(line, f"started pid {shown_value(pid)} is not a process id: ignored")
+                pid = None
             sha = record.get("config_sha256")
             sha = sha if type(sha) is str and 0 < len(sha) <= 200 else None
             self.started = {
-                "pid": pid if type(pid) is int and 0 < pid < 1 << 31 else None,
+                "pid": pid,
                 "config_sha256": sha,
                 "ts": ts,
                 "line": line,
             }
+            self.started_ts_read = ts_read
             self.starts += 1
             self.finished = None  # started again: whatever finished before is running now
             if self.first_started_ts is None:
@@ -262,8 +385,8 @@ class RunTrack:
             self.checkpoint = {
                 "ts": ts,
                 "path": _text(record.get("path")),
-                "seconds": _number(record.get("seconds")),
-                "bytes": as_step(record.get("bytes")),  # a size, bounded like a step
+                "seconds": self._number_field(record, "seconds", "checkpoint", line, SECONDS_MAX),
+                "bytes": self._size_field(record, "bytes", "checkpoint", line),
                 "line": line,
             }
             self.checkpoints += 1
@@ -271,7 +394,7 @@ class RunTrack:
             self.resume_verified = {
                 "ts": ts,
                 "path": _text(record.get("path")),
-                "seconds": _number(record.get("seconds")),
+                "seconds": self._number_field(record, "seconds", "resume_verified", line, SECONDS_MAX),
                 "line": line,
             }
             self.resumes += 1
@@ -295,9 +418,12 @@ class RunTrack:
             self.finished = {"status": _text(status) or "unknown", "ts": ts, "line": line}
         else:
             self.other_events += 1
-        step = as_step(record.get("step"))
+        value = record.get("step")
+        step = as_step(value)
         if step is not None:
             self.note_step(step, ts)
+        elif value is not None:
+            self.note_bad_field(line, _bad_step(value))
 
     def begin_again(self, reason: str) -> None:
         """The file was truncated or replaced: forget what it said, keep the run's config history."""
@@ -376,7 +502,7 @@ _SCALAR_FIELDS: dict[str, tuple[type, ...]] = {
     "first_started_ts": _OPT_NUM, "starts": (int,), "config_change_line": _OPT_INT, "checkpoints": (int,),
     "first_resume_ts": _OPT_NUM, "resumes": (int,), "truncations": (int,), "essential_truncations": (int,),
     "other_events": (int,), "rate_last_ts": _OPT_NUM, "rate_last_step": _OPT_INT, "resets": (int,),
-    "last_reset": _OPT_STR,
+    "last_reset": _OPT_STR, "bad_fields": (int,), "started_ts_read": (bool,),
 }
 _RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
     "started": {"pid": _OPT_INT, "config_sha256": _OPT_STR, "ts": _OPT_NUM, "line": _OPT_INT},
@@ -386,6 +512,7 @@ _RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
 }
 _DEQUE_ITEMS: dict[str, Any] = {
     "bad_samples": ((int,), (str,)),
+    "bad_field_samples": ((int,), (str,)),
     "rate_points": (_NUM, (int,)),
     "truncation_events": {"ts": _OPT_NUM, "input": _OPT_STR, "essential": (bool,), "step": _OPT_INT, "line": _OPT_INT},
 }
@@ -420,6 +547,10 @@ def as_step(value: Any) -> int | None:
     return value if type(value) is int and -STEP_MAX <= value <= STEP_MAX else None
 
 
+def _bad_step(value: Any) -> str:
+    return f"step {shown_value(value)} is not a whole number between -2^53 and 2^53: ignored"
+
+
 def _big_int(value: int) -> float:
     try:
         return float(value)
@@ -429,7 +560,7 @@ def _big_int(value: int) -> float:
 
 def _text(value: Any) -> str | None:
     if type(value) is str:
-        return value[:1000]
+        return safe_text(value[:1000])[0]
     return None
 
 
@@ -545,8 +676,13 @@ class MetricsStream:
 
     # ------------------------------------------------------------ polling
 
-    def poll(self, observer: Observer | None = None, *, max_bytes: int | None = None) -> PollResult:
+    def poll(
+        self, observer: Observer | None = None, *, max_bytes: int | None = None, now: float | None = None
+    ) -> PollResult:
         """Read the complete lines written since the last poll and hand each record to `observer`.
+
+        `now` (epoch seconds, default the system clock) dates the events read in this poll that
+        carry no ts of their own: a `started` line without ts started by the time it was read.
 
         Never raises for what is in the file or for the file vanishing; an unreadable path comes
         back as `error`.
@@ -560,13 +696,13 @@ class MetricsStream:
             return PollResult(error=f"cannot read {self.path}: {error.strerror}")
         self.missing = False
         try:
-            return self._read(fd, observer, max_bytes)
+            return self._read(fd, observer, max_bytes, time.time() if now is None else now)
         except OSError as error:
             return PollResult(error=f"cannot read {self.path}: {error.strerror}")
         finally:
             os.close(fd)
 
-    def _read(self, fd: int, observer: Observer | None, max_bytes: int | None) -> PollResult:
+    def _read(self, fd: int, observer: Observer | None, max_bytes: int | None, polled_at: float) -> PollResult:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             return PollResult(error=f"{self.path} is a folder, not a metrics file")
@@ -612,7 +748,7 @@ class MetricsStream:
             pieces = data.split(b"\n")
             pending = pieces.pop()
             if pieces:
-                got, wrong = self._consume(pieces, observer, info.st_mtime)
+                got, wrong = self._consume(pieces, observer, info.st_mtime, polled_at)
                 records += got
                 bad += wrong
                 offset += len(data) - len(pending)
@@ -638,10 +774,14 @@ class MetricsStream:
             pending_bytes=len(pending) if not position.skipping else 0,
         )
 
-    def _consume(self, pieces: list[bytes], observer: Observer | None, mtime: float) -> tuple[int, int]:
+    def _consume(self, pieces: list[bytes], observer: Observer | None, mtime: float, polled_at: float) -> tuple[int, int]:
         """Take complete lines in. This is the hot path (a million lines on a cold start), so it
         keeps state in locals, writes the track back once per batch, and takes the common line
-        (short, parsed by orjson, numbers only) through C-level dict updates."""
+        (short, parsed by orjson, numbers only) through C-level dict updates.
+
+        `mtime` dates a plain line without ts (the stalled rule measures from it); `polled_at`, the
+        time of this poll, dates an event without ts. Whatever a line holds, an exception while
+        taking it in makes it a bad line of this run: it never leaves the poll."""
         track = self.track
         metrics = track.metrics
         points = track.rate_points
@@ -662,100 +802,113 @@ class MetricsStream:
                 track.note_bad(line, f"longer than {cap} bytes: skipped")
                 bad += 1
                 continue
-            strict = True  # orjson parsed it: every float in it is finite
             try:
-                record = loads(raw)
-            except decode_error:
-                record, reason = _parse_slowly(raw)
-                if reason is not None:
-                    if reason != "blank":
-                        track.note_bad(line, reason)
-                        bad += 1
+                strict = True  # orjson parsed it: every float in it is finite, every text valid
+                try:
+                    record = loads(raw)
+                except decode_error:
+                    record, reason = _parse_slowly(raw)
+                    if reason is not None:
+                        if reason != "blank":
+                            track.note_bad(line, reason)
+                            bad += 1
+                        continue
+                    strict = False
+                if type(record) is not dict:
+                    track.note_bad(line, "not a JSON object")
+                    bad += 1
                     continue
-                strict = False
-            if type(record) is not dict:
-                track.note_bad(line, "not a JSON object")
-                bad += 1
-                continue
-            records += 1
-            ts = record.get("ts")
-            kind = type(ts)
-            if (kind is float or kind is int) and -MILLISECONDS_ABOVE < ts < MILLISECONDS_ABOVE:
-                pass  # epoch seconds: the common case
-            elif kind is str and ts == ts_text:
-                ts = ts_value
-            elif ts is not None:
-                seconds = ts_seconds(ts)
-                if kind is str:
-                    ts_text, ts_value = ts, seconds
-                ts = seconds
-            if ts is not None:
-                if first_ts is None:
-                    first_ts = ts
-                last_ts = last_line_ts = ts
-            else:
-                last_line_ts = mtime
-            event = record.get("event")
-            if event is None:
-                step = record.get("step")
-                if type(step) is int and -STEP_MAX <= step <= STEP_MAX:
-                    if (last_step is not None and step < last_step) or ts is None or rate_ts is None or ts < rate_ts:
-                        # rare: a resume to an earlier step, no time, time going back, first point
-                        track.rate_last_ts, track.rate_last_step = rate_ts, rate_step
-                        track.note_step(step, ts)
-                        rate_ts, rate_step = track.rate_last_ts, track.rate_last_step
-                        anchor = points[-1][0] if points else None
+                if not strict and b"\\u" in raw and _clean_text_fields(record):
+                    track.note_bad_field(line, _NOT_UNICODE)
+                records += 1
+                ts = record.get("ts")
+                kind = type(ts)
+                if (kind is float or kind is int) and TS_MIN <= ts <= TS_MAX:
+                    pass  # epoch seconds: the common case
+                elif ts is not None:
+                    if kind is str and ts == ts_text:
+                        seconds = ts_value
                     else:
-                        if anchor is None or ts - anchor >= RATE_SPACING_S:
-                            points.append((ts, step))
-                            anchor = ts
-                        rate_ts, rate_step = ts, step
-                    last_step = track.last_step = step
-                if strict and len(raw) < _FAST_LINE_BYTES and raw.count(b'"') == 2 * len(record):
-                    # no text values at all, so nothing non-finite: keep every value as is
-                    # (lists and booleans are filtered when read; short lines keep memory small)
-                    metrics.update(record)
+                        seconds = ts_seconds(ts)
+                        if kind is str:
+                            ts_text, ts_value = ts, seconds
+                    if seconds is None:
+                        track.note_bad_field(line, _bad_ts(ts))
+                    ts = seconds
+                if ts is not None:
+                    if first_ts is None:
+                        first_ts = ts
+                    last_ts = last_line_ts = ts
                 else:
-                    nonfinite = None
-                    for name, value in record.items():
-                        kind = type(value)
-                        if kind is float:
-                            # NaN or ±Infinity (from the fallback parser); a NaN ts is no metric
-                            if value - value != 0.0 and name not in _RESERVED:
-                                nonfinite = name
-                        elif kind is str:
-                            if len(value) > _NONFINITE_TEXT_MAX:
-                                continue
-                            value = _NONFINITE_TEXT.get(value.lower())
-                            if value is None:
-                                continue
-                            record[name] = value  # observers see the float, not the text
-                            if name not in _RESERVED:
-                                nonfinite = name
-                        elif kind is int:
-                            if not -STEP_MAX <= value <= STEP_MAX:
-                                # only the fallback parser yields such integers: keep them usable as floats
-                                value = _big_int(value)
-                                record[name] = value
+                    last_line_ts = mtime
+                event = record.get("event")
+                if event is None:
+                    step = record.get("step")
+                    if type(step) is int and -STEP_MAX <= step <= STEP_MAX:
+                        if (last_step is not None and step < last_step) or ts is None or rate_ts is None or ts < rate_ts:
+                            # rare: a resume to an earlier step, no time, time going back, first point
+                            track.rate_last_ts, track.rate_last_step = rate_ts, rate_step
+                            track.note_step(step, ts)
+                            rate_ts, rate_step = track.rate_last_ts, track.rate_last_step
+                            anchor = points[-1][0] if points else None
+                        else:
+                            if anchor is None or ts - anchor >= RATE_SPACING_S:
+                                points.append((ts, step))
+                                anchor = ts
+                            rate_ts, rate_step = ts, step
+                        last_step = track.last_step = step
+                    elif step is not None:
+                        track.note_bad_field(line, _bad_step(step))
+                    if strict and len(raw) < _FAST_LINE_BYTES and raw.count(b'"') == 2 * len(record):
+                        # no text values at all, so nothing non-finite: keep every value as is
+                        # (lists and booleans are filtered when read; short lines keep memory small)
+                        metrics.update(record)
+                    else:
+                        nonfinite = None
+                        for name, value in record.items():
+                            kind = type(value)
+                            if kind is float:
+                                # NaN or ±Infinity (from the fallback parser); a NaN ts is no metric
                                 if value - value != 0.0 and name not in _RESERVED:
                                     nonfinite = name
-                        else:
-                            continue
-                        metrics[name] = value
-                    if nonfinite is not None:
-                        track.nonfinite_lines += 1
-                        track.nonfinite_line = line
-                        track.nonfinite_metric = nonfinite
-                if len(metrics) != known_names:
-                    track._check_new_metric_names(known_names)
-                    known_names = len(metrics)
-            else:
-                track.rate_last_ts, track.rate_last_step = rate_ts, rate_step
-                track.take_event(record, event, line, ts if ts is not None else mtime)
-                rate_ts, rate_step, last_step = track.rate_last_ts, track.rate_last_step, track.last_step
+                            elif kind is str:
+                                if len(value) > _NONFINITE_TEXT_MAX:
+                                    continue
+                                value = _NONFINITE_TEXT.get(value.lower())
+                                if value is None:
+                                    continue
+                                record[name] = value  # observers see the float, not the text
+                                if name not in _RESERVED:
+                                    nonfinite = name
+                            elif kind is int:
+                                if not -STEP_MAX <= value <= STEP_MAX:
+                                    # only the fallback parser yields such integers: keep them usable as floats
+                                    value = _big_int(value)
+                                    record[name] = value
+                                    if value - value != 0.0 and name not in _RESERVED:
+                                        nonfinite = name
+                            else:
+                                continue
+                            metrics[name] = value
+                        if nonfinite is not None:
+                            track.nonfinite_lines += 1
+                            track.nonfinite_line = line
+                            track.nonfinite_metric = nonfinite
+                    if len(metrics) != known_names:
+                        track._check_new_metric_names(known_names)
+                        known_names = len(metrics)
+                else:
+                    track.rate_last_ts, track.rate_last_step = rate_ts, rate_step
+                    track.take_event(record, event, line, ts if ts is not None else polled_at, ts_read=ts is None)
+                    rate_ts, rate_step, last_step = track.rate_last_ts, track.rate_last_step, track.last_step
+                    anchor = points[-1][0] if points else None
+                if observer is not None:
+                    observer(record, line, track)
+            except Exception as error:  # a bug meeting an odd line costs that line, not the tick
+                track.note_bad(line, f"could not be taken in ({type(error).__name__}: {safe_text(str(error)[:200])[0]}): skipped")
+                bad += 1
                 anchor = points[-1][0] if points else None
-            if observer is not None:
-                observer(record, line, track)
+                known_names = len(metrics)
         self.position.lines = line
         track.records += records
         track.first_ts, track.last_ts, track.last_line_ts = first_ts, last_ts, last_line_ts
@@ -838,7 +991,9 @@ def save_state(
         "streams": {stream.run_id: stream.to_dict() for stream in items},
         "extra": dict(extra or {}),
     }
-    data = json.dumps(document, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    # ASCII with escapes: whatever text slipped through still encodes (a lone surrogate never
+    # stops the reading position from being saved)
+    data = json.dumps(document, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
     path.parent.mkdir(mode=STATE_DIR_MODE, parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, STATE_FILE_MODE)

@@ -118,6 +118,7 @@ class RunView:
     pid: int | None
     alive: bool | None
     bad_lines: int = 0
+    bad_fields: int = 0  # implausible values ignored in lines that were read (a ts in 1970, seconds in ns)
     stop_reason: str | None = None
     save_advice: dict[str, Any] | None = None  # for a running run that reported a save time (resume.save_advice)
 
@@ -248,6 +249,7 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "pid": r.pid,
                 "alive": r.alive,
                 "bad_lines": r.bad_lines,
+                "bad_fields": r.bad_fields,
                 "stop_reason": r.stop_reason,
                 "save_advice": r.save_advice,
             }

@@ -581,3 +581,133 @@ def test_numbers_past_any_float_are_kept_usable(path: Path):
     assert track.metric_values == {"loss": math.inf, "gn": -math.inf} and track.nonfinite_line == 1
     assert track.checkpoint["seconds"] is None and track.checkpoint["bytes"] is None
     assert track.started["pid"] is None
+
+
+# ---------------------------------------------------------------- implausible values (issue 13, items 5 and 7)
+
+
+@pytest.mark.parametrize("value", [1.0, 0, -5.0, 946684799.0, 4102444801.0, 1e300, 10**400 // 10**300,
+                                   "1970-01-01T00:00:01Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"])
+def test_a_ts_outside_this_century_is_no_time(value):
+    assert ts_seconds(value) is None
+
+
+def test_the_century_bounds_and_milliseconds_are_times():
+    assert ts_seconds(metrics.TS_MIN) == metrics.TS_MIN and ts_seconds(metrics.TS_MAX) == metrics.TS_MAX
+    assert ts_seconds(metrics.TS_MAX * 1000) == metrics.TS_MAX
+
+
+def test_an_implausible_ts_is_a_counted_bad_field_and_the_line_still_counts(path: Path):
+    write(path, {"ts": 1.0, "step": 1, "loss": 2.0}, {"ts": T0, "step": 2, "loss": 1.5})
+    stream = MetricsStream("r", path)
+    result = stream.poll()
+    track = stream.track
+    assert result.bad == 0 and result.records == 2 and track.bad_lines == 0
+    assert track.bad_fields == 1 and track.bad_field_samples[-1][0] == 1
+    assert "ts 1 is not a time between 2000-01-01 and 2100-01-01" in track.bad_field_samples[-1][1]
+    assert track.first_ts == T0 and track.last_step == 2 and track.metric_values["loss"] == 1.5
+    (notice,) = track.notices("r")
+    assert notice.startswith("run r: 1 implausible value ignored") and "line 1" in notice
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("seconds", 12_400_000_000_000_000_000.0, "checkpoint seconds 1.24e+19 is not a duration"),
+    ("seconds", -1.0, "checkpoint seconds -1 is not a duration"),
+    ("seconds", 10**400 // 10**300, "checkpoint seconds 1e+100 is not a duration"),
+    ("bytes", 1 << 60, "checkpoint bytes 1.15292e+18 is not a size"),
+    ("bytes", -3, "checkpoint bytes -3 is not a size"),
+    ("bytes", "big", "checkpoint bytes 'big' is not a size"),
+])
+def test_implausible_checkpoint_figures_are_bad_fields(path: Path, field, value, reason):
+    line = json.dumps({"ts": T0, "event": "checkpoint", "path": "a.pt", "seconds": 12.4, "bytes": 5, field: value})
+    write(path, line)
+    stream = MetricsStream("r", path)
+    stream.poll()
+    track = stream.track
+    assert track.checkpoints == 1 and track.checkpoint[field] is None and track.checkpoint["path"] == "a.pt"
+    assert track.bad_fields == 1 and reason in track.bad_field_samples[-1][1], track.bad_field_samples
+
+
+@pytest.mark.parametrize("line", [
+    '{"ts": %f, "step": 1.5, "loss": 2.0}' % T0,
+    '{"ts": %f, "step": 100000000000000000000, "loss": 2.0}' % T0,
+    '{"ts": %f, "step": true, "loss": 2.0}' % T0,
+    '{"ts": %f, "event": "started", "pid": -4}' % T0,
+])
+def test_an_implausible_step_or_pid_is_a_bad_field(path: Path, line):
+    write(path, line)
+    stream = MetricsStream("r", path)
+    assert stream.poll().bad == 0
+    assert stream.track.bad_fields == 1 and stream.track.last_step is None
+
+
+def test_a_lone_surrogate_is_replaced_counted_and_the_state_saves(path: Path, tmp_path: Path):
+    write(path, json.dumps({"ts": T0, "event": "truncated", "input": "doc-\udcff", "essential": True}),
+          json.dumps({"ts": T0, "event": "checkpoint", "path": "runs/r/\udcff.pt", "seconds": 1.0}),
+          json.dumps({"ts": T0, "step": 3, "\udcfe": 1.0, "loss": float("nan")}))
+    stream = MetricsStream("r", path)
+    seen = []
+    stream.poll(lambda record, line, track: seen.append(record))
+    track = stream.track
+    assert track.bad_fields == 3 and "lone surrogate" in track.bad_field_samples[-1][1]
+    assert track.checkpoint["path"] == "runs/r/\ufffd.pt" and track.truncation_events[-1]["input"] == "doc-\ufffd"
+    assert "\ufffd" in track.metric_values and seen[0]["input"] == "doc-\ufffd"  # observers see the safe text
+    state = tmp_path / "state.json"
+    save_state(state, [stream])
+    state.read_bytes().decode("utf-8")
+    again = load_state(state).stream("r", path)
+    assert again.position.offset == stream.position.offset and again.track.bad_fields == 3
+    assert again.track.checkpoint["path"] == "runs/r/\ufffd.pt"
+
+
+def test_a_state_holding_a_surrogate_still_saves(path: Path, tmp_path: Path):
+    write(path, {"ts": T0, "step": 1, "loss": 1.0})
+    stream = MetricsStream("r", path)
+    stream.poll()
+    stream.track.last_reset = "\udcff"  # however it got there, the reading position must be saved
+    save_state(tmp_path / "state.json", [stream])
+    assert load_state(tmp_path / "state.json").stream("r", path).position.offset == stream.position.offset
+
+
+def test_an_observer_that_fails_on_one_line_costs_that_line_only(path: Path):
+    write(path, *({"ts": T0 + i, "step": i, "loss": 1.0} for i in range(1, 5)))
+    stream = MetricsStream("r", path)
+    seen = []
+
+    def observer(record, line, track):
+        if line == 2:
+            raise OverflowError("int too large to convert to C int")
+        seen.append(line)
+
+    result = stream.poll(observer)
+    assert seen == [1, 3, 4] and result.bad == 1 and stream.track.last_step == 4
+    assert stream.track.bad_samples[-1] == (2, "could not be taken in (OverflowError: int too large to convert to C int): skipped")
+    assert stream.poll(observer).lines == 0  # the position moved past it
+
+
+def test_a_started_line_without_ts_is_dated_when_first_read_not_by_mtime(path: Path):
+    write(path, {"event": "started", "pid": 4242})
+    os.utime(path, (T0 + 7200, T0 + 7200))
+    stream = MetricsStream("r", path)
+    stream.poll(now=T0 + 60)
+    track = stream.track
+    assert track.started["ts"] == T0 + 60 and track.started_ts_read and track.first_started_ts == T0 + 60
+    write(path, {"step": 1, "loss": 1.0})
+    stream.poll(now=T0 + 600)
+    assert track.started["ts"] == T0 + 60  # first read, not re-dated by later polls
+    assert any("has no ts" in n and "first read" in n for n in track.notices("r"))
+    write(path, {"ts": T0 + 700, "event": "started", "pid": 4243})
+    stream.poll(now=T0 + 800)
+    assert track.started["ts"] == T0 + 700 and not track.started_ts_read
+    assert not any("has no ts" in n for n in track.notices("r"))
+
+
+def test_old_saved_tracks_without_the_new_fields_still_load(path: Path):
+    write(path, {"ts": T0, "step": 1, "loss": 1.0})
+    stream = MetricsStream("r", path)
+    stream.poll()
+    saved = stream.to_dict()
+    for name in ("bad_fields", "bad_field_samples", "started_ts_read"):
+        del saved["track"][name]
+    restored = SavedState(streams={"r": saved}).stream("r", path)
+    assert restored.position.offset == stream.position.offset and restored.track.bad_fields == 0
