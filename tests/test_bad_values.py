@@ -170,3 +170,64 @@ def test_a_started_line_without_ts_is_not_dated_by_the_file_mtime(seed_campaign,
     result = run_cli("stop", str(seed_campaign), "ctrl-r1", "--reason", "testing", "--signal")
     assert result.returncode == 0, result.stdout + result.stderr
     assert sleeper.wait(timeout=10) != 0  # SIGTERM reached the run's own process
+
+
+# ---------------------------------------------------------------- the engine: one run's failure stays that run's
+
+
+def _engine_with_a_nan_run(campaign: Path):
+    from datetime import datetime, timedelta, timezone
+
+    from cockpit.campaign import load_campaign
+    from cockpit.engine import Engine
+    from cockpit.gpu import FakeGpus
+
+    now = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc)
+    t0 = (now - timedelta(hours=1)).timestamp()
+    write_lines(campaign, "v-r16", {"ts": t0, "step": 10, "loss": 2.0}, '{"ts": %f, "step": 20, "loss": NaN}' % (t0 + 60))
+    write_lines(campaign, "ctrl-r1", {"ts": t0, "step": 5, "loss": 2.0})
+    return Engine(load_campaign(campaign), clock=lambda: now, gpus=FakeGpus(1), signal_runs=False)
+
+
+def test_a_run_whose_poll_fails_is_a_notice_and_hides_nothing_else(seed_campaign):
+    engine = _engine_with_a_nan_run(seed_campaign)
+
+    def broken(*args, **kwargs):
+        raise OverflowError("Python int too large to convert to C int")
+
+    engine.streams["ctrl-r1"].poll = broken
+    snapshot = engine.tick()
+    assert any(a.rule == "nan-loss" and a.run == "v-r16" for a in snapshot.alerts)
+    assert snapshot.clock.elapsed_hours == pytest.approx(10.0) and len(snapshot.gpus) == 1
+    assert any(n.startswith("run ctrl-r1: its metrics could not be read this tick (OverflowError") for n in snapshot.notices), snapshot.notices
+    engine.close()
+
+
+def test_a_clock_that_cannot_use_the_progress_still_reads(seed_campaign, monkeypatch):
+    from cockpit import engine as engine_module
+
+    engine = _engine_with_a_nan_run(seed_campaign)
+    real = engine_module.lot_clock
+
+    def fragile(plan, now, progress, planned):
+        if progress:
+            raise OverflowError("date value out of range")
+        return real(plan, now, progress, planned)
+
+    monkeypatch.setattr(engine_module, "lot_clock", fragile)
+    snapshot = engine.tick()
+    assert snapshot.clock.elapsed_hours == pytest.approx(10.0)
+    assert any(a.rule == "nan-loss" and a.run == "v-r16" for a in snapshot.alerts)
+    assert any("the runs' measured progress could not be used by the clock (OverflowError" in n for n in snapshot.notices)
+    engine.close()
+
+
+def test_the_clock_projects_at_most_a_century_ahead():
+    from datetime import datetime, timedelta, timezone
+
+    from cockpit.clock import HORIZON_HOURS, projected
+
+    base = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    assert projected(base, 1e300) == base + timedelta(hours=HORIZON_HOURS) and 2126 <= projected(base, 1e300).year <= 2127
+    assert projected(base, float("inf")) == projected(base, HORIZON_HOURS)
+    assert projected(base, float("nan")) == base and projected(base, -5) == base

@@ -1,6 +1,7 @@
 """Bad input, fuzzed (issue #9 item 3): generated campaign files and metric lines — wrong types,
 huge numbers, deep nesting, invalid UTF-8, random keys, a 10 MB line — always end as a clear
-error or a skipped, counted line: never another exception, never a hang.
+error or a skipped, counted line: never another exception, never a hang. Whole campaigns too
+(issue 13 item 5): whatever some runs write, a tick still brings the other runs' alerts and the clock.
 
 The examples are bounded (CI has 2 cores); `deadline=None` because a shared machine stalls.
 """
@@ -11,10 +12,11 @@ import copy
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
@@ -23,9 +25,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cockpit.campaign import Campaign, CampaignError, StopRule, load_campaign, read_campaign_text
+from cockpit.commands.live import render_text
+from cockpit.engine import Engine
+from cockpit.gpu import FakeGpus
 from cockpit.metrics import MetricsStream, last_metrics, load_state, save_state
 from cockpit.rules import RuleEvaluator, RuleState
 from cockpit.runlog import encode_event
+from cockpit.snapshot import to_json
 from tests.conftest import ROOT, SAMPLES
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -427,3 +433,109 @@ def test_check_on_a_folder_named_campaign_toml_exits_1(tmp_path):
     (tmp_path / "campaign.toml").mkdir()
     result = check(tmp_path)
     assert result.returncode == 1 and "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole campaigns (issue 13 item 5): any lines in any runs, and every other run's alerts, the GPUs
+# and the clock keep coming. One tick never raises, whatever one run wrote.
+
+CAMPAIGN_NOW = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc)  # 10 h into the sample's lot
+SURROGATES = st.sampled_from(["\udcff", "\ud800", "\udfff", "runs/\udcfe.pt", "doc-\udc80"])
+nasty_numbers = st.one_of(
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, -1, 1, 1.0, 2**53 + 1, 10**15, 10**400, 1e308, -1e308, 1.24e19, CAMPAIGN_NOW.timestamp() * 1000,
+                     CAMPAIGN_NOW.timestamp() * 1e9, 4102444801.0, 946684799.0]),
+)
+nasty_texts = st.one_of(
+    st.text(max_size=12), SURROGATES, st.builds(lambda a, b: a + b, st.text(max_size=4), SURROGATES),
+    st.sampled_from(["nan", "inf", "-Infinity", "1970-01-01T00:00:01Z", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z",
+                     "2026-11-30T17:00:00Z", "2026-11-30T17:00:00+99:00", "\u202e", "a" * 300]),
+)
+nasty_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), nasty_numbers, nasty_texts),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(nasty_texts, inner, max_size=3),
+    max_leaves=6,
+)
+stream_keys = st.sampled_from(["ts", "step", "loss", "eval/macro_f1", "event", "pid", "essential", "input", "status", "seconds",
+                               "config_sha256", "path", "bytes"]) | nasty_texts
+events = st.sampled_from(["started", "checkpoint", "resume_verified", "truncated", "finished", "other"])
+
+
+@st.composite
+def stream_records(draw) -> bytes:
+    record = draw(st.dictionaries(stream_keys, nasty_values, max_size=6))
+    if draw(st.booleans()):
+        record["event"] = draw(events)
+    ascii_only = draw(st.booleans())
+    text = json.dumps(record, ensure_ascii=ascii_only)
+    return text.encode("utf-8", "surrogatepass")  # a surrogate written raw is not UTF-8: a bad line
+
+
+any_lines = st.lists(
+    st.one_of(
+        stream_records(),
+        st.binary(max_size=80),
+        st.sampled_from([b'{"ts": 1.0, "step": 1, "loss": 2.0}', b'{"event": "checkpoint", "seconds": 1.24e19, "bytes": 5}',
+                         b'{"event": "started"}', b'{"event": "started", "pid": 1}', b'{"ts": NaN, "loss": NaN}',
+                         b'{"step": 1000000000000000, "ts": 1796119448}', b'{"event": "resume_verified", "seconds": -1}',
+                         b'{"path": "\\udcff", "event": "truncated", "essential": true, "input": "\\ud800"}']),
+    ),
+    max_size=25,
+)
+
+
+@pytest.fixture
+def fuzzed_campaign(tmp_path):
+    folder = tmp_path / "campaign"
+    shutil.copytree(SAMPLES / "sentiment-lora", folder, ignore=shutil.ignore_patterns("runlog.jsonl", ".cockpit", "runs", "closing"))
+    return folder
+
+
+def _write(folder: Path, run_id: str, lines: list[bytes]) -> None:
+    path = folder / "runs" / run_id / "metrics.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as handle:
+        handle.write(b"".join(line + b"\n" for line in lines))
+
+
+@FUZZ
+@example(first=[b'{"event": "checkpoint", "seconds": 1.24e19, "bytes": 5, "ts": 1796119448}'], second=[b'{"ts": 1.0, "step": 1}'], more=[])
+@example(first=[b'{"path": "\\udcff", "event": "checkpoint", "seconds": 1.0}'], second=[b'{"event": "started"}'], more=[b'{"step": 7}'])
+@given(first=any_lines, second=any_lines, more=any_lines)
+def test_any_lines_in_any_runs_never_hide_another_runs_alert_the_gpus_or_the_clock(fuzzed_campaign, first, second, more):
+    folder = fuzzed_campaign
+    for name in ("runs", ".cockpit"):
+        shutil.rmtree(folder / name, ignore_errors=True)
+    (folder / "runlog.jsonl").unlink(missing_ok=True)
+    campaign = load_campaign(folder, cache=False)
+    t0 = (CAMPAIGN_NOW - timedelta(hours=1)).timestamp()
+    # v-r64 is well behaved, and reports a NaN loss: its alert must come whatever the others wrote
+    _write(folder, "v-r64", [json.dumps({"ts": t0, "step": 10, "loss": 2.0}).encode(),
+                             ('{"ts": %f, "step": 20, "loss": NaN}' % (t0 + 60)).encode()])
+    _write(folder, "ctrl-r1", first)
+    _write(folder, "v-r16", second)
+
+    def tick(engine: Engine):
+        snapshot = engine.tick()
+        assert any(a.rule == "nan-loss" and a.run == "v-r64" for a in snapshot.alerts), snapshot.alerts
+        assert snapshot.clock.elapsed_hours == pytest.approx(10.0) and snapshot.clock.remaining_hours == pytest.approx(62.0)
+        assert len(snapshot.gpus) == 1
+        assert next(r for r in snapshot.runs if r.id == "v-r64").step == 20
+        document = json.dumps(to_json(snapshot), allow_nan=False, ensure_ascii=False)  # what status --json prints
+        document.encode("utf-8")
+        render_text(snapshot).encode("utf-8")  # what status prints
+        return snapshot
+
+    engine = Engine(campaign, clock=lambda: CAMPAIGN_NOW, gpus=FakeGpus(1), signal_runs=False)
+    tick(engine)
+    _write(folder, "ctrl-r1", more)
+    _write(folder, "v-r16", first)
+    tick(engine)
+    engine.close()  # the reading positions are saved, whatever the lines held
+    restarted = Engine(campaign, clock=lambda: CAMPAIGN_NOW + timedelta(minutes=1), gpus=FakeGpus(1), signal_runs=False)
+    try:
+        snapshot = restarted.tick()
+    finally:
+        restarted.close()
+    assert any(a.rule == "nan-loss" and a.run == "v-r64" for a in snapshot.alerts)
