@@ -201,3 +201,37 @@ def test_status_text_gives_long_run_ids_their_own_column(seed_campaign):
         assert line[role_at:].split()[0] in ("control", "variant"), line
     as_json = json.loads(run_cli("status", str(seed_campaign), "--json").stdout)
     assert {run["id"] for run in as_json["runs"]} == {"ctrl-r1", sixteen, forty}
+
+
+# ---------------------------------------------------------------- check, plan, refusals
+
+
+def hostile_lot(seed_campaign: Path) -> Path:
+    toml = seed_campaign / "campaign.toml"
+    text = toml.read_text()
+    text = text.replace('gpu_model = "RTX 4090"', 'gpu_model = "RTX 4090 \\u001b]0;pwned\\u0007 [bold red]x[/]"')
+    text = text.replace('order_ref = "IG-48113"', 'order_ref = "IG-\\u009b2J"')
+    toml.write_text(text)
+    return seed_campaign
+
+
+def test_check_and_plan_show_the_campaigns_words_escaped_and_literal(seed_campaign):
+    hostile_lot(seed_campaign)
+    check = run_cli("check", str(seed_campaign))
+    assert check.returncode == 0, check.stderr
+    assert raw_controls(check.stdout + check.stderr) == []
+    assert "RTX 4090 \\x1b]0;pwned\\x07 [bold red]x[/]" in check.stdout and "IG-\\x9b2J" in check.stdout
+    plan = run_cli("plan", str(seed_campaign))
+    assert raw_controls(plan.stdout + plan.stderr) == []
+    assert "[bold red]x[/]" in plan.stdout  # Rich markup in the campaign's words shows as written
+    as_json = run_cli("plan", str(seed_campaign), "--json")
+    assert raw_controls(as_json.stdout) == []
+    assert json.loads(as_json.stdout)["gpu_model"] == "RTX 4090 " + TITLE + " " + MARKUP
+
+
+def test_a_refusal_quoting_the_file_is_escaped(seed_campaign):
+    toml = seed_campaign / "campaign.toml"
+    toml.write_text(toml.read_text().replace('id = "setup"', 'id = "setup-\\u001b[2J"').replace('["setup"]', '["setup-\\u001b[2J"]'))
+    result = run_cli("check", str(seed_campaign))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert raw_controls(result.stderr) == [] and "setup-\\x1b[2J" in result.stderr
