@@ -235,3 +235,91 @@ def test_a_refusal_quoting_the_file_is_escaped(seed_campaign):
     result = run_cli("check", str(seed_campaign))
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert raw_controls(result.stderr) == [] and "setup-\\x1b[2J" in result.stderr
+
+
+# ---------------------------------------------------------------- the TUI
+
+from dataclasses import replace  # noqa: E402
+
+from textual import events  # noqa: E402
+
+from cockpit.snapshot import AlertView, NvmlView  # noqa: E402
+from cockpit.tui.screens import DecisionScreen, NoteScreen, StopScreen  # noqa: E402
+from tests.test_tui import (  # noqa: E402,F401 — the autouse fixtures apply here too
+    NOW, FakeSource, make_app, make_gpu, make_run, make_snapshot, no_user_themes, started, until, utc_local_time,
+)
+
+
+def screen_text(app) -> str:
+    """What the terminal is sent for the screen on top, without the style sequences: the text of
+    every segment of every line (dialogs, toasts and border titles included)."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(segment.text for segment in strip) for strip in strips)
+
+
+def hostile_snapshot():
+    snapshot = make_snapshot(gpus=1)
+    lot = replace(snapshot.lot, gpu_model="RTX " + TITLE, order_ref="IG-" + CSI8, question="Q " + MARKUP + CLEAR)
+    nvml = NvmlView(True, None, warnings=("driver says " + CLIPBOARD + " " + MARKUP,))
+    gpus = (replace(make_gpu(0), throttle_reasons=("power cap" + CSI8,)),)
+    runs = (
+        make_run("ctrl-r1", "control", "indispensable", "running", step=100, loss=0.5, quality=0.7, pid=4242, alive=True,
+                 last={"step": 100, TITLE: 1.5, "loss": 0.5}),
+        make_run("v-r16", role="variant" + CLEAR, tier="useful" + CSI8),
+    )
+    alerts = (
+        AlertView("any-nan", "ctrl-r1", f"ctrl-r1: {TITLE} is NaN {MARKUP}", NOW, 7, key="any-nan|ctrl-r1"),
+        AlertView("truncated-input", "v-r16", f"v-r16: essential input {CLEAR}{CSI8} was truncated", NOW, 8,
+                  key="truncated-input|v-r16"),
+    )
+    notices = (f"runs/{CLIPBOARD}: a folder the campaign does not declare {MARKUP}",)
+    return replace(snapshot, lot=lot, nvml=nvml, gpus=gpus, runs=runs, alerts=alerts, notices=notices)
+
+
+async def test_the_tui_shows_hostile_strings_escaped_and_markup_literally(seed_campaign):
+    app = make_app(seed_campaign, hostile_snapshot(), bell=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        await until(pilot, lambda: len(app._notifications) >= 2)  # the two new alerts' toasts
+        await pilot.pause()
+        text = screen_text(app)
+        assert raw_controls(text) == [], text
+        assert "RTX \\x1b]0;pwned\\x07" in text  # the lot header
+        assert "\\x1b]0;pwned\\x07 is NaN [bold red]x[/]" in text  # the alerts list and the toast
+        assert "\\x1b[2J\\x9b2J" in text  # the truncated input's id
+        assert "power cap\\x9b2J" in text and "useful\\x9b2J" in text  # a GPU's slowdown, a run's tier
+        assert "\\x1b]52;c;ZXZpbA==\\x07" in text  # the notice and the NVML warning
+
+        await pilot.press("s")  # the stop dialog lists the last metrics, names from the stream
+        await until(pilot, lambda: isinstance(app.screen, StopScreen))
+        await pilot.pause()
+        text = screen_text(app)
+        assert raw_controls(text) == [], text
+        assert "\\x1b]0;pwned\\x07 1.5" in text
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, StopScreen))
+        await pilot.press("d")  # the pilot's facts
+        await until(pilot, lambda: isinstance(app.screen, DecisionScreen))
+        await pilot.pause()
+        assert raw_controls(screen_text(app)) == []
+        await pilot.press("escape")
+        await pilot.pause()
+
+
+async def test_a_pasted_note_shows_and_records_its_controls_escaped(seed_campaign):
+    """A person pastes a line copied from a log, escape sequence and all: the field shows the
+    escape as `\\x1b`, and what is recorded is what the field showed."""
+    app = make_app(seed_campaign, make_snapshot(), bell=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NoteScreen))
+        app.screen.query_one("#text").post_message(events.Paste(MARKUP + " " + TITLE))
+        await pilot.pause()
+        text = screen_text(app)
+        assert raw_controls(text) == [], text
+        assert MARKUP + " \\x1b]0;pwned\\x07" in text
+        await pilot.press("enter")
+        await until(pilot, lambda: any("recorded" in n.title for n in app._notifications))
+    notes = [e for e in json.loads(run_cli("log", str(seed_campaign), "--json").stdout)["events"] if e["type"] == "note"]
+    assert [note["text"] for note in notes] == [MARKUP + " " + escape_control(TITLE)]
