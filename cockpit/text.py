@@ -38,7 +38,7 @@ def escape_control(text: object, *, keep_newlines: bool = False) -> str:
     line), unless `keep_newlines` (a message of several lines of our own). A backslash stays."""
     if type(text) is not str:
         text = "" if text is None else str(text)
-    if text.isascii() and text.isprintable():  # the usual case: nothing to look for
+    if text.isprintable():  # the usual case: every character escaped below is unprintable to Python
         return text
     return (_UNSAFE_KEEPING_LINES if keep_newlines else _UNSAFE).sub(_escape, text)
 

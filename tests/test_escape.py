@@ -54,6 +54,16 @@ def test_escape_control_leaves_ordinary_text_alone():
     assert escape_control(None) == "" and escape_control(12) == "12"
 
 
+def test_the_printable_fast_path_skips_nothing_that_needs_escaping():
+    import sys
+
+    from cockpit.text import _UNSAFE
+
+    escaped = [code for code in range(sys.maxunicode + 1) if _UNSAFE.match(chr(code))]
+    assert len(escaped) == 32 + 1 + 32 + 17
+    assert not any(chr(code).isprintable() for code in escaped)
+
+
 def test_json_safe_keeps_the_value_and_hides_the_controls():
     value = {"metric": TITLE + CSI8 + "\u202e" + "naïve"}
     dumped = json_safe(json.dumps(value, ensure_ascii=False))
