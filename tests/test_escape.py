@@ -333,3 +333,12 @@ async def test_a_pasted_note_shows_and_records_its_controls_escaped(seed_campaig
         await until(pilot, lambda: any("recorded" in n.title for n in app._notifications))
     notes = [e for e in json.loads(run_cli("log", str(seed_campaign), "--json").stdout)["events"] if e["type"] == "note"]
     assert [note["text"] for note in notes] == [MARKUP + " " + escape_control(TITLE)]
+
+
+def test_log_text_aligns_long_run_ids(seed_campaign):
+    forty = "v-r64-lr1e4-bs64-warmup500-seed1234-long"
+    long_ids_campaign(seed_campaign, {"v-r64": forty})
+    assert run_cli("note", str(seed_campaign), "short one", "--run", "ctrl-r1").returncode == 0
+    assert run_cli("note", str(seed_campaign), "long one", "--run", forty).returncode == 0
+    lines = [line for line in run_cli("log", str(seed_campaign)).stdout.splitlines() if " note " in line]
+    assert len(lines) == 2 and lines[0].index("short one") == lines[1].index("long one"), lines  # one column for both

@@ -130,12 +130,14 @@ def show_log(args) -> int:
         return 0
     if not events:
         print(escape_control(f"{log.path}: no events" + (f" for run '{args.run}'" if args.run else "")))
-    for event in events:
-        # every field was written by a command, a run or a person: shown escaped, padded after
-        run = escape_control(event.get("run") or "-")
+    # every field was written by a command, a run or a person: shown escaped, padded after; the
+    # run column as wide as the longest run id shown
+    runs = [escape_control(event.get("run") or "-") for event in events]
+    width = max([14] + [len(run) for run in runs])
+    for event, run in zip(events, runs):
         kind = escape_control(event["type"])
         origin = " ".join(str(x) for x in (event.get("source"), event.get("who")) if x)
-        print(escape_control(f"{event['seq']:>5}  {_local(event.get('ts'))}  {kind:<16} {run:<14} {_summary(event)}  [{origin}]"))
+        print(escape_control(f"{event['seq']:>5}  {_local(event.get('ts'))}  {kind:<16} {run:<{width}} {_summary(event)}  [{origin}]"))
     if read.bad_lines:
         numbers = ", ".join(str(n) for n in read.bad_line_numbers[:10])
         more = "…" if read.bad_lines > 10 else ""
