@@ -97,11 +97,8 @@ class TextField(Input):
     """A one-line field that shows what it will record: a pasted control character (an escape
     sequence copied from a log) is written as its escape (`\\x1b`), never kept invisible."""
 
-    def insert_text_at_cursor(self, text: str) -> None:
-        super().insert_text_at_cursor(escape_control(text))
-
-    def replace(self, text: str, start: int, end: int):
-        return super().replace(escape_control(text), start, end)
+    def replace(self, text: str, start: int, end: int) -> None:  # typing, pasting and inserting all end here
+        super().replace(escape_control(text), start, end)
 
 
 class Dialog(ModalScreen):
