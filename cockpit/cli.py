@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from cockpit import __version__
 from cockpit.errors import Finding, UsageError
+from cockpit.text import escape_control
 
 __all__ = ["Finding", "UsageError", "main"]
 
@@ -161,15 +162,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = getattr(importlib.import_module(module_name), function_name)
         return int(handler(args) or 0)
     except CampaignError as error:
-        for finding in error.findings:
-            print(finding, file=sys.stderr)
+        for finding in error.findings:  # a finding quotes the file: its control characters escaped
+            print(escape_control(finding, keep_newlines=True), file=sys.stderr)
         print(f"cockpit: {len(error.findings)} problem{'s' if len(error.findings) != 1 else ''} in the campaign; nothing was done", file=sys.stderr)
         return 1
     except (Finding, RunLogError) as error:
-        print(f"cockpit: {error}", file=sys.stderr)
+        print(escape_control(f"cockpit: {error}", keep_newlines=True), file=sys.stderr)
         return 1
     except UsageError as error:
-        print(f"cockpit: {error}", file=sys.stderr)
+        print(escape_control(f"cockpit: {error}", keep_newlines=True), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -180,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("COCKPIT_DEBUG"):
             raise
         print(
-            f"cockpit: internal error: {type(error).__name__}: {error}\n"
+            escape_control(f"cockpit: internal error: {type(error).__name__}: {error}", keep_newlines=True) + "\n"
             "This is a bug in the cockpit, not in your files; run again with COCKPIT_DEBUG=1 "
             "for the traceback and report it.",
             file=sys.stderr,

@@ -35,6 +35,7 @@ from cockpit.calendar import schedule
 from cockpit.errors import Finding
 from cockpit.campaign import Campaign, CampaignError, Deliverable, load_campaign, read_campaign_text
 from cockpit.metrics import MetricsStream, SavedState, format_value, load_state, seconds_to_datetime, state_file
+from cockpit.text import escape_control, json_safe
 from cockpit.runlog import (
     FILE_MODE,
     FROZEN_PLAN,
@@ -1757,7 +1758,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def summary_json(summary: Mapping[str, Any]) -> str:
-    return json.dumps(summary, ensure_ascii=False, indent=2, allow_nan=False) + "\n"
+    return json_safe(json.dumps(summary, ensure_ascii=False, indent=2, allow_nan=False)) + "\n"
 
 
 def stop_cause(stop: Mapping[str, Any], *, label_reason: bool = False) -> str:
@@ -1925,7 +1926,7 @@ def render_report(summary: Mapping[str, Any]) -> str:
         "runlog.jsonl (the run log), RELOAD.md.",
         "",
     ]
-    return "\n".join(lines)
+    return "\n".join(escape_control(line) for line in lines)  # names, causes, notes: data strings
 
 
 # ---------------------------------------------------------------- RELOAD.md
@@ -2001,13 +2002,13 @@ def render_reload(summary: Mapping[str, Any], verdicts: list[DeliverableVerdict]
         if not verdicts:
             lines.append("- the campaign declares no deliverable")
         lines.append("")
-        return "\n".join(lines)
+        return "\n".join(escape_control(line, keep_newlines=True) for line in lines)
     for verdict in accepted:
         d = verdict.deliverable
         lines += [f"## {d.id}", "", f"`{d.path}` — {d.kind.value}, {verdict.format}, sha256 `{verdict.sha256}`", ""]
         lines += _reload_snippet(verdict)
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(escape_control(line, keep_newlines=True) for line in lines)  # a reload command may hold lines
 
 
 __all__ = [

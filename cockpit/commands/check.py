@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from cockpit.campaign import load_campaign
 from cockpit.runlog import plan_drift
+from cockpit.text import escape_control
+
+
+def _print(text: str) -> None:
+    print(escape_control(text))  # ids, names and notes are read from the campaign's files
 
 
 def run(args) -> int:
@@ -11,22 +16,22 @@ def run(args) -> int:
     lot = campaign.lot
     model = campaign.model
     source = "as written" if lot.price_usd is not None else "from the catalogue"
-    print(f"{campaign.file}: valid (schema 1)")
-    print(f"  campaign  {campaign.id}")
-    print(
+    _print(f"{campaign.file}: valid (schema 1)")
+    _print(f"  campaign  {campaign.id}")
+    _print(
         f"  lot       {lot.gpu_model} × {lot.gpu_count}, {lot.days} days, "
         f"{campaign.price} USD for the lot ({source})"
         + (f", order {lot.order_ref}" if lot.order_ref else "")
     )
-    print(
+    _print(
         f"  items     {len(model.tasks)} task{'s' if len(model.tasks) != 1 else ''}, "
         f"{len(model.runs)} run{'s' if len(model.runs) != 1 else ''}, "
         f"{len(model.stop_rules)} stop rule{'s' if len(model.stop_rules) != 1 else ''}, "
         f"{len(model.deliverables)} deliverable{'s' if len(model.deliverables) != 1 else ''}"
     )
     for warning in campaign.warnings:
-        print(f"  note: {warning}")
+        _print(f"  note: {warning}")
     drift = plan_drift(campaign)
     if drift:
-        print(f"  note: {drift}")
+        _print(f"  note: {drift}")
     return 0

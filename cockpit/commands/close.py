@@ -11,6 +11,7 @@ import textwrap
 from typing import Any
 
 from cockpit.closing import Closing, close_campaign, stop_cause, summary_json
+from cockpit.text import escape_control
 
 WIDTH = 80
 
@@ -24,20 +25,26 @@ def run(args) -> int:
     if not closing.all_accepted:
         rejected = len(closing.summary["rejections"])
         print(
-            f"cockpit: {rejected} of {closing.summary['deliverables_total']} deliverables rejected; "
-            f"the causes are in {closing.folder / 'report.md'}",
+            escape_control(f"cockpit: {rejected} of {closing.summary['deliverables_total']} deliverables rejected; "
+                           f"the causes are in {closing.folder / 'report.md'}"),
             file=sys.stderr,
         )
     return closing.exit_code
 
 
 def _wrap(text: str, indent: int) -> str:
-    return textwrap.fill(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent)
+    return textwrap.fill(escape_control(text), WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent)
+
+
+def _out(text: str) -> None:
+    """One line, or lines wrapped by `_wrap`: ids, causes, reasons and notes come from files, runs
+    and people, so every line is shown with its control characters escaped."""
+    print("\n".join(escape_control(line) for line in text.split("\n")))
 
 
 def show(closing: Closing) -> None:
     s: dict[str, Any] = closing.summary
-    out = print
+    out = _out
     out(f"closing {s['campaign']} — written to {closing.folder}/")
     out(_wrap("report.md, summary.json, manifest.json, plan.toml, runlog.jsonl, RELOAD.md", 2))
     event = closing.closed_event or {}
@@ -52,7 +59,7 @@ def show(closing: Closing) -> None:
     out("")
     out(f"deliverables: {s['accepted']} of {s['deliverables_total']} accepted")
     for item in s["deliverables"]:
-        out(f"  {item['verdict']:<9} {item['id']}")
+        out(f"  {item['verdict']:<9} {escape_control(item['id'])}")
         if item["cause"]:
             out(_wrap(item["cause"], 12))
     if not s["deliverables"]:
@@ -62,7 +69,7 @@ def show(closing: Closing) -> None:
     out("budget")
     out(f"  lot price                      {s['lot_price_usd']:>10} USD")
     for expense in s["other_expenses"]:
-        out(f"  other expense, kept apart      {expense['usd']:>10} USD  {expense['label']}")
+        out(f"  other expense, kept apart      {expense['usd']:>10} USD  {escape_control(expense['label'])}")
     if s["cost_per_accepted_usd"] is not None:
         out(f"  lot price per accepted         {s['cost_per_accepted_usd']:>10} USD  ({s['lot_price_usd']} / {s['accepted']})")
     else:
@@ -78,7 +85,7 @@ def show(closing: Closing) -> None:
         planned = f"{row['planned_hours']:g}" if row["planned_hours"] is not None else "—"
         measured = f"{row['measured_hours']:g}" if row["measured_hours"] is not None else "not measured"
         deviation = f"{row['deviation_hours']:+g}" if row["deviation_hours"] is not None else ""
-        label = f"{row['id']} ({row['type']})"
+        label = escape_control(f"{row['id']} ({row['type']})")
         out(f"  {label[:38]:<38} {planned:>7}  {measured:>8}  {deviation:>9}".rstrip())
 
     if s["decisions"] or s["stops"] or s["notes"]:

@@ -14,6 +14,9 @@ from cockpit.errors import UsageError
 from cockpit.gpu import GpuSampler
 from cockpit.runlog import parse_ts, utc_now
 from cockpit.snapshot import Snapshot, to_json
+from cockpit.text import escape_control, json_safe
+
+RUN_COLUMN = 16  # the run ids' column; a longer id widens it, so columns never run together
 
 
 def _local(moment: datetime | None) -> str:
@@ -72,12 +75,15 @@ def render_text(snapshot: Snapshot) -> str:
             + (f" · slowed by {', '.join(gpu.throttle_reasons)}" if gpu.throttle_reasons else "")
         )
     lines.append("")
-    lines.append(f"{'run':<16}{'role':<9}{'tier':<15}{'state':<10}{'step':>9}  {'loss':>9}  {'quality':>8}  resume")
+    ids = {run.id: escape_control(run.id) for run in snapshot.runs}
+    width = max([RUN_COLUMN] + [len(shown) + 2 for shown in ids.values()])
+    lines.append(f"{'run':<{width}}{'role':<9}{'tier':<15}{'state':<10}{'step':>9}  {'loss':>9}  {'quality':>8}  resume")
     for run in snapshot.runs:
         step = "–" if run.step is None else (f"{run.step}/{run.total_steps}" if run.total_steps else str(run.step))
+        role, tier, state = (escape_control(value) for value in (run.role, run.tier, run.state))
         lines.append(
-            f"{run.id:<16}{run.role:<9}{run.tier:<15}{run.state:<10}{step:>9}  {_value(run.loss):>9}  "
-            f"{_value(run.quality):>8}  {'verified' if run.resume_verified else '–'}"
+            f"{ids[run.id]:<{width}}{role:<9}{tier:<15}{state:<10}{step:>9}  {escape_control(_value(run.loss)):>9}  "
+            f"{escape_control(_value(run.quality)):>8}  {'verified' if run.resume_verified else '–'}"
             + (f"  stopped: {run.stop_reason}" if run.stop_reason else "")
         )
     for run in snapshot.runs:
@@ -97,7 +103,9 @@ def render_text(snapshot: Snapshot) -> str:
         lines.append("no active alerts")
     for notice in snapshot.notices:
         lines.append(f"note: {notice}")
-    return "\n".join(lines)
+    # Names, reasons, messages and notices come from files, runs and people: each line is shown
+    # with its control characters escaped (a data string's newline included).
+    return "\n".join(escape_control(line) for line in lines)
 
 
 def status(args) -> int:
@@ -108,8 +116,7 @@ def status(args) -> int:
     finally:
         engine.close()
     if args.json:
-        json.dump(to_json(snapshot), sys.stdout, ensure_ascii=False, allow_nan=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_safe(json.dumps(to_json(snapshot), ensure_ascii=False, allow_nan=False)) + "\n")
     else:
         print(render_text(snapshot))
     return 1 if snapshot.alerts else 0
@@ -127,13 +134,13 @@ def watch(args) -> int:
         stopping.set()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    print(f"watching {campaign.id} every {args.interval:g} s; alerts and auto-stops go to {engine.log.path}", flush=True)
+    print(escape_control(f"watching {campaign.id} every {args.interval:g} s; alerts and auto-stops go to {engine.log.path}"), flush=True)
     said: set[object] = set()  # alert seqs, unrecorded alert keys, notices and errors already printed
 
     def say_once(key: object, text: str) -> None:
         if key not in said:
             said.add(key)
-            print(text, flush=True)
+            print(escape_control(text), flush=True)  # alerts, notices and errors carry data strings
 
     try:
         while not stopping.is_set():

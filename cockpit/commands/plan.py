@@ -13,6 +13,7 @@ from rich.text import Text
 
 from cockpit.calendar import PlanReport, Schedule, describe_tiers, plan_report
 from cockpit.campaign import load_campaign
+from cockpit.text import escape_control, json_safe
 
 GANTT_LABEL = 10  # "retrieval " — the lane names' column
 GANTT_WIDTH = 64  # bar columns: label + bars + lot-end marker stay within 80 columns
@@ -29,7 +30,7 @@ def run(args) -> int:
     campaign = load_campaign(args.dir)
     report = plan_report(campaign, extra_hours=extra)
     if args.json:
-        print(json.dumps(as_json(report), ensure_ascii=False, indent=2))
+        print(json_safe(json.dumps(as_json(report), ensure_ascii=False, indent=2)))
     else:
         show(report, Console(highlight=False))
         if not report.fits:
@@ -123,6 +124,12 @@ def hours(value: float) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def _plain(value: object) -> Text:
+    """A table cell from the campaign's own words (ids, kinds, labels): shown as written, never
+    read as Rich markup, its control characters escaped."""
+    return Text(escape_control(value))
+
+
 def _yes(fits: bool) -> Text:
     return Text("fits", style="green") if fits else Text("does not fit", style="bold red")
 
@@ -130,9 +137,11 @@ def _yes(fits: bool) -> Text:
 def show(report: PlanReport, console: Console) -> None:
     plan = report.schedule
     console.print(
-        f"{report.campaign_id} · {report.gpu_model} × {report.gpu_count} · "
-        f"{report.days}-day lot ({hours(report.window_hours)} h) · "
-        f"{money(report.lot_price_usd)} USD for the lot",
+        escape_control(
+            f"{report.campaign_id} · {report.gpu_model} × {report.gpu_count} · "
+            f"{report.days}-day lot ({hours(report.window_hours)} h) · "
+            f"{money(report.lot_price_usd)} USD for the lot"
+        ),
         markup=False,
     )
 
@@ -146,9 +155,9 @@ def show(report: PlanReport, console: Console) -> None:
     table.add_column("hours", justify="right")
     for slot in plan.slots:
         table.add_row(
-            slot.id,
-            slot.kind,
-            slot.tier,
+            _plain(slot.id),
+            _plain(slot.kind),
+            _plain(slot.tier),
             ", ".join(str(g) for g in slot.gpus) or "–",
             hours(slot.start_hours),
             hours(slot.end_hours),
@@ -183,7 +192,7 @@ def show(report: PlanReport, console: Console) -> None:
 
     console.print()
     for line in gantt(plan, report.window_hours, report.gpu_count, report.extra_hours):
-        console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print(escape_control(line), markup=False, highlight=False, soft_wrap=True)
 
     options = Table(title="Lot options", title_justify="left", show_edge=False, pad_edge=False)
     options.add_column("option")
@@ -193,7 +202,7 @@ def show(report: PlanReport, console: Console) -> None:
     options.add_column("fit")
     for option in report.options:
         options.add_row(
-            option.label + (" (yours)" if option.current else ""),
+            _plain(option.label + (" (yours)" if option.current else "")),
             money(option.price_usd),
             hours(option.window_hours),
             hours(option.committed_hours),
@@ -214,8 +223,8 @@ def show(report: PlanReport, console: Console) -> None:
     reduced.add_column("fit")
     for protocol in report.reduced:
         reduced.add_row(
-            describe_tiers(protocol.tiers),
-            ", ".join(protocol.dropped) or "nothing",
+            _plain(describe_tiers(protocol.tiers)),
+            _plain(", ".join(protocol.dropped) or "nothing"),
             hours(protocol.committed_hours),
             _yes(protocol.fits),
         )
@@ -227,7 +236,7 @@ def show(report: PlanReport, console: Console) -> None:
     notes.add_column()
     notes.add_column()
     for note in report.notes:
-        notes.add_row("·", note)
+        notes.add_row("·", _plain(note))
     console.print(notes, markup=False)
 
 

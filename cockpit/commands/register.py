@@ -13,6 +13,7 @@ from typing import Any
 from cockpit import decisions
 from cockpit.campaign import Campaign, load_campaign
 from cockpit.runlog import RunLog, is_started, parse_ts, plan_drift
+from cockpit.text import escape_control, json_safe
 
 SOURCE = "cli"
 
@@ -24,10 +25,10 @@ def _open(args) -> tuple[Campaign, RunLog]:
 
 def _say_start_and_drift(campaign: Campaign, started: bool) -> None:
     if started:
-        print(f"campaign {campaign.id} started: plan frozen in .cockpit/plan.toml (sha256 {campaign.sha256[:12]}…)")
+        print(escape_control(f"campaign {campaign.id} started: plan frozen in .cockpit/plan.toml (sha256 {campaign.sha256[:12]}…)"))
     drift = plan_drift(campaign)
     if drift:
-        print(f"note: {drift}", file=sys.stderr)
+        print(escape_control(f"note: {drift}"), file=sys.stderr)
 
 
 def stop(args) -> int:
@@ -46,10 +47,10 @@ def stop(args) -> int:
     )
     _say_start_and_drift(campaign, not started)
     cause = f"rule {args.rule}" if args.rule else f"reason: {event['reason']}"
-    print(f"recorded: stop of run '{args.run}' ({cause}) — seq {event['seq']} in {log.path.name}")
+    print(escape_control(f"recorded: stop of run '{args.run}' ({cause}) — seq {event['seq']} in {log.path.name}"))
     if args.signal:
         outcome = event["signal"]
-        print(("SIGTERM sent: " if outcome["sent"] else "no signal sent: ") + outcome.get("detail", ""))
+        print(escape_control(("SIGTERM sent: " if outcome["sent"] else "no signal sent: ") + outcome.get("detail", "")))
         return 0 if outcome["sent"] else 1
     return 0
 
@@ -59,7 +60,7 @@ def decide(args) -> int:
     started = is_started(log)
     event = decisions.record_decision(campaign, log, args.decision, note=args.note, source=SOURCE)
     _say_start_and_drift(campaign, not started)
-    print(f"recorded: pilot decision '{args.decision}' — seq {event['seq']} in {log.path.name}")
+    print(escape_control(f"recorded: pilot decision '{args.decision}' — seq {event['seq']} in {log.path.name}"))
     if campaign.model.pilot is None:
         print("note: the campaign declares no [pilot]; the decision is recorded without a pilot run", file=sys.stderr)
     return 0
@@ -72,10 +73,10 @@ def accept(args) -> int:
     _say_start_and_drift(campaign, not started)
     if event.get("run") and log.replay().stop_of(event["run"]):
         print(
-            f"note: run '{event['run']}' was stopped; `cockpit close` will not count its deliverable as accepted",
+            escape_control(f"note: run '{event['run']}' was stopped; `cockpit close` will not count its deliverable as accepted"),
             file=sys.stderr,
         )
-    print(f"recorded: acceptance of '{args.deliverable}' — seq {event['seq']} in {log.path.name}")
+    print(escape_control(f"recorded: acceptance of '{args.deliverable}' — seq {event['seq']} in {log.path.name}"))
     return 0
 
 
@@ -84,7 +85,7 @@ def note(args) -> int:
     started = is_started(log)
     event = decisions.record_note(campaign, log, args.text, run_id=args.run, source=SOURCE)
     _say_start_and_drift(campaign, not started)
-    print(f"recorded: note — seq {event['seq']} in {log.path.name}")
+    print(escape_control(f"recorded: note — seq {event['seq']} in {log.path.name}"))
     return 0
 
 
@@ -125,17 +126,20 @@ def show_log(args) -> int:
     read = log.read()
     events = [e for e in read.events if args.run is None or e.get("run") == args.run]
     if args.json:
-        json.dump({"events": events, "bad_lines": read.bad_lines}, sys.stdout, ensure_ascii=False)
-        sys.stdout.write("\n")
+        sys.stdout.write(json_safe(json.dumps({"events": events, "bad_lines": read.bad_lines}, ensure_ascii=False)) + "\n")
         return 0
     if not events:
-        print(f"{log.path}: no events" + (f" for run '{args.run}'" if args.run else ""))
-    for event in events:
-        run = event.get("run") or "-"
+        print(escape_control(f"{log.path}: no events" + (f" for run '{args.run}'" if args.run else "")))
+    # every field was written by a command, a run or a person: shown escaped, padded after; the
+    # run column as wide as the longest run id shown
+    runs = [escape_control(event.get("run") or "-") for event in events]
+    width = max([14] + [len(run) for run in runs])
+    for event, run in zip(events, runs):
+        kind = escape_control(event["type"])
         origin = " ".join(str(x) for x in (event.get("source"), event.get("who")) if x)
-        print(f"{event['seq']:>5}  {_local(event.get('ts'))}  {event['type']:<16} {run:<14} {_summary(event)}  [{origin}]")
+        print(escape_control(f"{event['seq']:>5}  {_local(event.get('ts'))}  {kind:<16} {run:<{width}} {_summary(event)}  [{origin}]"))
     if read.bad_lines:
         numbers = ", ".join(str(n) for n in read.bad_line_numbers[:10])
         more = "…" if read.bad_lines > 10 else ""
-        print(f"{read.bad_lines} bad line{'s' if read.bad_lines != 1 else ''} skipped in {log.path.name} (line {numbers}{more}): torn or not an event", file=sys.stderr)
+        print(escape_control(f"{read.bad_lines} bad line{'s' if read.bad_lines != 1 else ''} skipped in {log.path.name} (line {numbers}{more}): torn or not an event"), file=sys.stderr)
     return 0

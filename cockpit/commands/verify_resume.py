@@ -14,6 +14,7 @@ from pathlib import Path
 from cockpit import resume
 from cockpit.cli import Finding, UsageError
 from cockpit.runlog import iso, utc_now
+from cockpit.text import escape_control, json_safe
 
 
 def run(args) -> int:
@@ -44,7 +45,7 @@ def run(args) -> int:
     if report.problem and report.problem.startswith("no such file or folder"):
         if not args.json:
             raise Finding(report.problem)
-        print(f"cockpit: {report.problem}", file=sys.stderr)
+        print(escape_control(f"cockpit: {report.problem}"), file=sys.stderr)
 
     advice = _advice(report, campaign, run_entry, mtbf_hours)
     recorded = None
@@ -55,7 +56,7 @@ def run(args) -> int:
         payload = report.to_json()
         payload["advice"] = advice.to_json() if advice else None
         payload["recorded"] = recorded
-        print(json.dumps(payload, ensure_ascii=False, indent=2))
+        print(json_safe(json.dumps(payload, ensure_ascii=False, indent=2)))
     else:
         _print_text(report, advice, recorded, run_entry)
     return 0 if report.ok else 1
@@ -223,7 +224,8 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
         out.append("notes")
         for note in report.notes:
             out.append(textwrap.fill(note, width=width, initial_indent="  - ", subsequent_indent="    "))
-    print("\n".join(out))
+    # key names and paths come from the checkpoint: each line shown with its controls escaped
+    print("\n".join(escape_control(line) for line in "\n".join(out).split("\n")))
     if recorded is False and run_entry is not None:
         print(f"cockpit: nothing recorded for run {run_entry.id}", file=sys.stderr)
 

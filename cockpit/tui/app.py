@@ -31,6 +31,7 @@ from cockpit.campaign import Campaign
 from cockpit.errors import Finding, UsageError
 from cockpit.runlog import RunLog, RunLogError, utc_now
 from cockpit.snapshot import AlertView, RunView, Snapshot, SnapshotSource
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed
 from cockpit.tui.screens import (
@@ -165,6 +166,12 @@ class CockpitApp(App[None]):
         self._terminal = _terminal_path() if not self.is_headless else None
         self.set_interval(5, self._every_five_seconds, name="freshness")
         self._poll()
+
+    def notify(self, message: str, *, title: str = "", **options: Any) -> None:
+        """Every toast, with its control characters escaped: alerts, refusals and engine errors
+        quote rules, runs, files and people (the title is plain text; `markup=False` keeps the
+        message plain too)."""
+        super().notify(escape_control(message, keep_newlines=True), title=escape_control(title), **options)
 
     # ------------------------------------------------------------------ polling
 

@@ -7,6 +7,8 @@ import math
 from datetime import datetime
 from decimal import Decimal
 
+from cockpit.text import escape_control
+
 DASH = "—"
 
 
@@ -106,7 +108,7 @@ def metric(value: object) -> str:
         if magnitude != 0 and (magnitude < 1e-3 or magnitude >= 1e5):
             return f"{number:.2e}"
         return f"{number:.4g}"
-    return str(value)
+    return escape_control(value)  # a value the training loop wrote as text: its controls escaped
 
 
 def percent(value: float | None) -> str:

@@ -19,6 +19,7 @@ from textual.widgets.option_list import Option
 from cockpit.campaign import StopRule
 from cockpit.decisions import PILOT_DECISIONS
 from cockpit.snapshot import RunView
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 
 NO_RULE = "no-rule"
@@ -75,6 +76,11 @@ def describe_rule(rule: StopRule) -> str:
 
 
 def last_metrics_text(run: RunView | None) -> str:
+    """The run's last metrics; their names come from the run's stream, shown escaped."""
+    return escape_control(_last_metrics(run))
+
+
+def _last_metrics(run: RunView | None) -> str:
     if run is None:
         return "no metrics reported yet"
     parts = [f"state {run.state}"]
@@ -85,6 +91,14 @@ def last_metrics_text(run: RunView | None) -> str:
             continue
         parts.append(f"{name} {fmt.metric(value)}")
     return " · ".join(parts) if run.step is not None or len(parts) > 1 else "state " + run.state + " · no metrics reported yet"
+
+
+class TextField(Input):
+    """A one-line field that shows what it will record: a pasted control character (an escape
+    sequence copied from a log) is written as its escape (`\\x1b`), never kept invisible."""
+
+    def replace(self, text: str, start: int, end: int) -> None:  # typing, pasting and inserting all end here
+        super().replace(escape_control(text), start, end)
 
 
 class Dialog(ModalScreen):
@@ -118,7 +132,7 @@ class Dialog(ModalScreen):
 
     def text_input(self, placeholder: str, id: str) -> Input:
         """A one-line field; its cursor does not blink when TEXTUAL_ANIMATIONS=none (SSH hygiene)."""
-        field = Input(placeholder=placeholder, id=id, compact=True)
+        field = TextField(placeholder=placeholder, id=id, compact=True)
         field.cursor_blink = self.app.animation_level != "none"
         return field
 
@@ -141,15 +155,15 @@ class StopScreen(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
-            dialog.border_title = f"Stop run {self.run_id}"
+            dialog.border_title = Content(f"Stop run {escape_control(self.run_id)}")  # a title, not markup
             yield Static(f"Last: {last_metrics_text(self.run_view)}", classes="dialog--facts", markup=False)
             yield Static("Rule — ↑↓ to choose, Enter to stop with it", classes="dialog--label", markup=False)
             options = [Option(Content.styled("no rule: write a reason below", "$text-muted"), id=NO_RULE)]
             width = max((len(rule.id) for rule in self.rules), default=0)
-            for rule in self.rules:
-                prompt = Content.assemble((f"{rule.id:<{width}}", "bold"), (f"  {describe_rule(rule)}", ""))
+            for rule in self.rules:  # ids and metric names as written in campaign.toml, escaped
+                prompt = Content.assemble((f"{escape_control(rule.id):<{width}}", "bold"), (f"  {escape_control(describe_rule(rule))}", ""))
                 if not rule.applies_to(self.run_id):
-                    prompt = Content.assemble(prompt, (f"  (written for {', '.join(rule.runs or [])})", "$text-muted"))
+                    prompt = Content.assemble(prompt, (f"  (written for {escape_control(', '.join(rule.runs or []))})", "$text-muted"))
                 options.append(Option(prompt, id=rule.id))
             yield OptionList(*options, id="rules", compact=True)
             yield Static("Reason — free text, Enter to stop", classes="dialog--label", markup=False)
@@ -221,8 +235,8 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
-            dialog.border_title = self._title
-            yield Static(self._message, markup=False)
+            dialog.border_title = Content(escape_control(self._title))
+            yield Static(escape_control(self._message, keep_newlines=True), markup=False)
             with Horizontal(id="buttons"):
                 yield Button(self._yes, id="yes", variant="warning", compact=True)
                 yield Button(self._no, id="no", compact=True)
@@ -259,7 +273,7 @@ class DecisionScreen(Dialog):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
             dialog.border_title = "Pilot decision"
-            yield Static(self.pilot_facts, classes="dialog--facts", markup=False)
+            yield Static(escape_control(self.pilot_facts, keep_newlines=True), classes="dialog--facts", markup=False)
             yield Static("Decision — ↑↓ to choose, Enter to record it", classes="dialog--label", markup=False)
             width = max(len(name) for name in PILOT_DECISIONS)
             options = [
@@ -309,7 +323,7 @@ class NoteScreen(Dialog):
             yield Static("What deviated from the plan, and why — Enter to record", classes="dialog--label", markup=False)
             yield self.text_input("e.g. v-r16 relaunched as v-r16b after a tokenizer fix", "text")
             if self.run_id is not None:
-                yield Checkbox(f"about run {self.run_id}", value=False, id="on-run", compact=True)
+                yield Checkbox(Content(f"about run {escape_control(self.run_id)}"), value=False, id="on-run", compact=True)
             yield Static("", classes="dialog--error", markup=False)
             hint = "Enter records · Esc cancels" + (" · Tab, then Space: attach to the run" if self.run_id else "")
             yield Static(hint, classes="dialog--hint", markup=False)

@@ -10,6 +10,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from cockpit.snapshot import AlertView
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 
 AlertKey = tuple[str, int | None]  # (the engine's alert key, seq of the alert event)
@@ -59,7 +60,7 @@ class AlertsList(OptionList):
         if not alerts:
             options.append(Option(Content.styled("no alerts", "$text-muted"), id="none", disabled=True))
         for number, notice in enumerate(notices):
-            options.append(Option(Content.styled(f"i {notice}", "$text-muted"), id=f"notice:{number}", disabled=True))
+            options.append(Option(Content.styled(f"i {escape_control(notice)}", "$text-muted"), id=f"notice:{number}", disabled=True))
         self.set_options(options)
         unacknowledged = sum(1 for a in alerts if not self.is_acknowledged(a))
         self.border_title = f"alerts · {unacknowledged} unacknowledged" if unacknowledged else "alerts"
@@ -80,10 +81,11 @@ class AlertsList(OptionList):
 
     def _prompt(self, alert: AlertView, now: datetime) -> Content:
         when = fmt.local_time(alert.ts, now) if alert.ts else fmt.DASH
-        where = f"{alert.rule}" + (f" {alert.run}" if alert.run else "")
+        where = escape_control(f"{alert.rule}" + (f" {alert.run}" if alert.run else ""))
         message = alert.message
         if alert.run and message.startswith(f"{alert.run}: "):  # the run is already named before it
             message = message[len(alert.run) + 2:]
+        message = escape_control(message)  # names, ids and values from the runs; plain text, never markup
         if self.is_acknowledged(alert):
             return Content.assemble(("  ", ""), (f"{when} {where}: {message} (acknowledged)", "$text-muted"))
         mark_style = "$error bold" if alert.severity == "critical" else "$cockpit-alert bold"

@@ -8,6 +8,7 @@ from typing import ClassVar
 from rich.style import Style
 from rich.text import Text
 from cockpit.snapshot import ClockView, LotView
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.text_lines import TextLines
 
@@ -88,7 +89,7 @@ class ClockPanel(TextLines):
             text.append("starts in ", label)  # relative: the date would crowd out the uncommitted hours
             text.append(fmt.duration((lot.start - clock.now).total_seconds() / 3600))
         elif clock.message:
-            text.append(clock.message, muted)
+            text.append(escape_control(clock.message), muted)
         else:
             text.append("not started", muted)
         if clock.uncommitted_hours >= 0:

@@ -8,6 +8,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from cockpit.snapshot import GpuView, HostView, NvmlView
+from cockpit.text import escape_control
 from cockpit.tui.widgets.gpu_row import GpuRow, problem_text
 from cockpit.tui.widgets.host_line import HostLine
 
@@ -54,7 +55,7 @@ class GpuPanel(VerticalScroll):
                     reason = reason.split(" — ")[0].split(" (")[0]
                 lines.append(f"NVML unavailable: {reason or 'no reason given'}")
             lines.extend(nvml.warnings[:2])
-            status.update("\n".join(lines))
+            status.update("\n".join(escape_control(line) for line in lines))  # the driver's words, escaped
             status.set_class(bool(lines), "-shown")
 
         # GPUs are shown whenever the snapshot has some: simulated ones (the demo) come with NVML

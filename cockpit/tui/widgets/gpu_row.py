@@ -9,6 +9,7 @@ from typing import ClassVar
 from rich.text import Text
 
 from cockpit.snapshot import GpuView
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.sparkline import sparkline
 from cockpit.tui.widgets.text_lines import TextLines
@@ -104,5 +105,5 @@ def problem_text(gpu: GpuView) -> str:
     if gpu.lost:
         return f"  GPU {gpu.index} lost: its runs are not computing"
     if gpu.throttle_reasons:
-        return "  slowed: " + ", ".join(gpu.throttle_reasons)
+        return "  slowed: " + escape_control(", ".join(gpu.throttle_reasons))
     return ""

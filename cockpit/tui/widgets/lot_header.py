@@ -9,6 +9,7 @@ from typing import ClassVar
 from rich.text import Text
 
 from cockpit.snapshot import LotView
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.text_lines import TextLines
 
@@ -60,15 +61,16 @@ class LotHeader(TextLines):
         campaign = self.component_style("lot-header--campaign")
         muted = self.component_style("lot-header--muted")
         status_text, level = self._status
+        status_text = escape_control(status_text)  # an engine error may quote a file
         if len(status_text) > 46:
             status_text = status_text[:45] + "…"
         status_style = self.component_style(f"lot-header--{level}")
 
         first = Text(no_wrap=True, overflow="ellipsis", end="")
-        first.append(self._campaign_id, campaign)
+        first.append(escape_control(self._campaign_id), campaign)
         question = self._lot.question if self._lot else self._question
         if question:
-            first.append("  " + question, muted)
+            first.append("  " + escape_control(question), muted)
 
         second = Text(no_wrap=True, overflow="ellipsis", end="")
         lot = self._lot
@@ -80,7 +82,7 @@ class LotHeader(TextLines):
             ]
             if lot.order_ref:
                 parts.append(f"order {lot.order_ref}")  # the provider's reference, to quote in a ticket
-            second.append(" · ".join(parts))
+            second.append(escape_control(" · ".join(parts)))  # the model and order as written in campaign.toml
             if lot.end is not None:
                 second.append(" · ends ", muted)
                 second.append(fmt.local_time(lot.end, None, zone=True))

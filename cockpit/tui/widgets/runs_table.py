@@ -14,6 +14,7 @@ from textual.cache import LRUCache
 from textual.widgets import DataTable
 
 from cockpit.snapshot import RunView
+from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 
 Cell = tuple[str, str]  # (text, style name: "" for plain)
@@ -122,7 +123,7 @@ class RunsTable(DataTable):
 
     @staticmethod
     def _run_width_for(runs) -> int:
-        return min(MAX_RUN_WIDTH, max([3] + [len(run.id) for run in runs]))
+        return min(MAX_RUN_WIDTH, max([3] + [len(escape_control(run.id)) for run in runs]))
 
     def _layout_for(self, width: int) -> tuple[int, bool]:
         """(width of the run column, whether role and tier are shown) for a table `width` wide:
@@ -270,15 +271,15 @@ def _cells(run: RunView, now: datetime, memo: dict[str, tuple[RunView, tuple[Cel
         fixed = remembered[1]
     else:
         loss_style = "bad" if fmt.metric(run.loss) in ("NaN", "inf", "-inf") else ""
-        fixed = (
-            (run.id, ""),
-            (run.state, STATE_STYLES.get(run.state, "")),
+        fixed = (  # the plan's and the run's words, shown with their control characters escaped
+            (escape_control(run.id), ""),
+            (escape_control(run.state), STATE_STYLES.get(run.state, "")),
             (fmt.step(run.step, run.total_steps), ""),
             (fmt.metric(run.loss), loss_style),
             (fmt.metric(run.quality), ""),
             ("yes" if run.resume_verified else "no", "good" if run.resume_verified else "muted"),
-            (run.role, "muted"),
-            (run.tier, "muted"),
+            (escape_control(run.role), "muted"),
+            (escape_control(run.tier), "muted"),
         )
         memo[run.id] = (run, fixed)
     checkpoint_age = None if run.last_checkpoint_at is None else (now - run.last_checkpoint_at).total_seconds()
