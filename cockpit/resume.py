@@ -167,7 +167,7 @@ class ResumeReport:
 
     @property
     def needs_trust(self) -> list[str]:
-        return list(dict.fromkeys(g for f in self.reload.files if f.needs_trust for g in (f.unsafe_globals or ["?"])))
+        return list(dict.fromkeys(g for f in self.reload.files if f.needs_trust for g in (f.unsafe_globals or ["objects beyond tensors"])))
 
     @property
     def has(self) -> dict[str, bool]:
