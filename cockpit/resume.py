@@ -345,7 +345,7 @@ _PLAIN_GLOBALS = {
     "__builtin__.set", "__builtin__.frozenset", "__builtin__.complex", "__builtin__.slice",
 }
 _TRUSTED_GLOBALS = {
-    "collections.defaultdict", "collections.Counter", "collections.deque", "argparse.Namespace",
+    "collections.defaultdict", "collections.Counter", "collections.deque", "argparse.Namespace", "decimal.Decimal",
     "datetime.datetime", "datetime.date", "datetime.time", "datetime.timedelta", "datetime.timezone",
     "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath",
     "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
@@ -457,12 +457,10 @@ def needs_trust(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(n for n in names if allowlisted_global(n) and not weights_only_global(n)))
 
 
-def would_run_code_message(names: list[str]) -> str:
+def would_run_code_message(names: list[str], *, flag: bool = True) -> str:
     shown = ", ".join(names[:6]) + (" …" if len(names) > 6 else "")
-    return (
-        f"would run code: {shown} (unpickling calls {'it' if len(names) == 1 else 'them'}); not loaded, "
-        f"not even with {TRUST_FLAG}, which admits only {ALLOWLIST_WORDS}"
-    )
+    text = f"would run code: {shown} (unpickling calls {'it' if len(names) == 1 else 'them'}); not loaded"
+    return text + (f", not even with {TRUST_FLAG}, which admits only {ALLOWLIST_WORDS}" if flag else "")
 
 
 def needs_trust_message(names: list[str]) -> str:
@@ -589,7 +587,7 @@ def torch_file_refusal(path: Path) -> str | None:
         if vetting.damaged and not vetting.damaged.startswith("not a torch.save file"):
             refusal = f"{path.name}: {vetting.damaged}"
         elif vetting.would_run_code:
-            refusal = f"{path.name}: {would_run_code_message(vetting.would_run_code)}"
+            refusal = f"{path.name}: {would_run_code_message(vetting.would_run_code, flag=False)}"
         if len(_TORCH_VETTED) > 1000:
             _TORCH_VETTED.clear()
         _TORCH_VETTED[key] = refusal
@@ -1503,7 +1501,7 @@ def reload_in_new_process(
             continue
         job = {"path": str(path), "kind": kind, "mmap": kind == "torch" and _needs_mmap(path)}
         if kind == "torch":
-            job.update(trust=trust, admit=vet.globals, needs_trust=vet.needs_trust)
+            job.update(trust=trust, admit=[g for g in vet.globals if allowlisted_global(g)], needs_trust=vet.needs_trust)
             if Path(path).name.startswith("rng_state") and vet.needs_trust and all(numpy_array_global(g) for g in vet.needs_trust):
                 job["numpy_safe"] = vet.needs_trust
         jobs.append(job)

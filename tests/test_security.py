@@ -344,9 +344,31 @@ def test_the_globals_scan_walks_opcodes_and_runs_nothing(tmp_path):
             assert set(found) == {f"{os.system.__module__}.system", "argparse.Namespace"}
             assert resume.would_run_code(found) == [f"{os.system.__module__}.system"]
             assert resume.needs_trust(found) == ["argparse.Namespace"]
+    # protocol 4 names a global by two strings on the stack; the second one from the same module
+    # comes from the memo
+    assert resume.pickle_globals(io.BytesIO(pickle.dumps([os.system, os.getcwd], protocol=4))) == [
+        f"{os.system.__module__}.system", f"{os.getcwd.__module__}.getcwd"]
     path = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
     scan = resume.scan_torch_file(path)
     assert scan.would_run_code == ["posix.system"] and not marker.exists()
+
+
+def test_the_legacy_torch_format_is_vetted_pickle_by_pickle(tmp_path):
+    """torch's pre-1.6 format: five pickles back to back (magic, protocol, system info, the object,
+    the storage keys), then raw bytes; code hidden in the last one is found too."""
+    from cockpit import resume
+
+    marker = tmp_path / "MARKER"
+    path = tmp_path / "old.pt"
+    with open(path, "wb") as handle:
+        for part in (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True},
+                     {"optimizer": {"state": {}, "param_groups": []}, "step": 7}, ["0", Payload(marker)]):
+            pickle.dump(part, handle, protocol=2)
+        handle.write(b"\0" * 64)
+    scan = resume.scan_torch_file(path)
+    assert scan.would_run_code == ["posix.system"]
+    report = resume.verify_resume(path)
+    assert report.would_run_code == ["posix.system"] and not report.ok and not marker.exists()
 
 
 def argparse_namespace():
