@@ -6,6 +6,12 @@ pickle scanner that imports nothing from the file (every class becomes an inert 
 the reload runs in a fresh interpreter (the training environment's, with `--python`), where
 torch is imported if it is there.
 
+Nothing is handed to an unpickler before it is vetted: the CRC-32 of every zip member (torch's own
+zip reader checks none), a safetensors header against the file's sizes, and the globals each pickle
+names, read with pickletools. A global outside a short allowlist would run code and is never loaded;
+a file that torch.load(weights_only=True) refuses is loaded only with --trust-checkpoint, by an
+unpickler that admits nothing but the allowlisted globals found in it.
+
 Demo checkpoint format
 ----------------------
 The demo's toy trainer saves one uncompressed zip of `.npy` members per save, exactly what
