@@ -126,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--campaign", metavar="DIR", help="take the lot end and retrieval hours for the advice from DIR (implied by --record)")
     p.add_argument("--python", metavar="PATH", help="reload with this interpreter (the training environment's, where torch is); default: the cockpit's own")
     p.add_argument("--timeout", type=_positive, default=600.0, metavar="SECONDS", help="stop the reload after SECONDS (default 600)")
+    p.add_argument("--trust-checkpoint", action="store_true", help="load a file that torch.load(weights_only=True) refuses, admitting only allowlisted globals (torch, numpy, collections, argparse.Namespace, ...); only for a file you trust")
 
     p = command("close", "cockpit.commands.close:run", "closing report; writes DIR/closing/")
     p.add_argument("dir", metavar="DIR")

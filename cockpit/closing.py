@@ -613,6 +613,7 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
 
     Each result is printed as soon as it is known, so a timeout still keeps the finished ones.
     """
+    paths = [p for p in paths if _torch_refusal(Path(p)) is None]  # never hand torch a damaged or code-running file
     if not paths:
         return {}
     outcome = run_command([sys.executable, "-c", _TORCH_SCRIPT, *map(str, paths)], cwd=Path(paths[0]).parent, timeout=timeout)
@@ -639,7 +640,16 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
     return results
 
 
+def _torch_refusal(path: Path) -> str | None:
+    from cockpit.resume import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
+
+    return torch_file_refusal(path)
+
+
 def _reload_torch(path: Path, timeout: float, preloaded: Preloaded | None = None) -> tuple[bool | None, str]:
+    refusal = _torch_refusal(path)
+    if refusal is not None:
+        return False, refusal
     if preloaded is not None and str(path) in preloaded:
         return preloaded[str(path)]
     if not _have("torch"):

@@ -6,6 +6,12 @@ pickle scanner that imports nothing from the file (every class becomes an inert 
 the reload runs in a fresh interpreter (the training environment's, with `--python`), where
 torch is imported if it is there.
 
+Nothing is handed to an unpickler before it is vetted: the CRC-32 of every zip member (torch's own
+zip reader checks none), a safetensors header against the file's sizes, and the globals each pickle
+names, read with pickletools. A global outside a short allowlist would run code and is never loaded;
+a file that torch.load(weights_only=True) refuses is loaded only with --trust-checkpoint, by an
+unpickler that admits nothing but the allowlisted globals found in it.
+
 Demo checkpoint format
 ----------------------
 The demo's toy trainer saves one uncompressed zip of `.npy` members per save, exactly what
@@ -45,6 +51,7 @@ import json
 import math
 import os
 import pickle
+import pickletools
 import re
 import statistics
 import struct
@@ -52,6 +59,7 @@ import subprocess
 import sys
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -104,6 +112,8 @@ class FileReload:
     error: str | None = None
     unsafe_globals: list[str] = field(default_factory=list)
     reader: str | None = None  # for npz and safetensors: what read it
+    needs_trust: bool = False  # torch refused it with weights_only=True and --trust-checkpoint was not given
+    would_run_code: list[str] = field(default_factory=list)  # globals outside the allowlist: never loaded
 
 
 @dataclass
@@ -133,7 +143,7 @@ class Reload:
                 {
                     "path": f.path, "ok": f.ok, "seconds": _round(f.seconds), "weights_only": f.weights_only,
                     "tensor_count": f.tensor_count, "error": f.error, "unsafe_globals": f.unsafe_globals,
-                    "reader": f.reader,
+                    "reader": f.reader, "needs_trust_checkpoint": f.needs_trust, "would_run_code": f.would_run_code,
                 }
                 for f in self.files
             ],
@@ -153,6 +163,17 @@ class ResumeReport:
     notes: list[str] = field(default_factory=list)
     problem: str | None = None  # why the contents could not be read at all
     foreign_globals: list[str] = field(default_factory=list)  # what weights_only=True would refuse
+    damaged: list[str] = field(default_factory=list)  # "<file>: damaged: member … fails its CRC-32", …
+    trusted: bool = False  # --trust-checkpoint was given
+    vetting: dict[str, "Vetting"] = field(default_factory=dict, repr=False)  # per file, before any reload
+
+    @property
+    def would_run_code(self) -> list[str]:
+        return list(dict.fromkeys(g for f in self.reload.files for g in f.would_run_code))
+
+    @property
+    def needs_trust(self) -> list[str]:
+        return list(dict.fromkeys(g for f in self.reload.files if f.needs_trust for g in (f.unsafe_globals or ["objects beyond tensors"])))
 
     @property
     def has(self) -> dict[str, bool]:
@@ -168,7 +189,7 @@ class ResumeReport:
 
     @property
     def resume_point(self) -> bool:
-        return all(self.parts[p].present for p in ("model", "optimizer", "progress"))
+        return not self.damaged and all(self.parts[p].present for p in ("model", "optimizer", "progress"))
 
     @property
     def reload_ok(self) -> bool:
@@ -196,6 +217,10 @@ class ResumeReport:
             "resume_point": self.resume_point,
             "reload": self.reload.to_json(),
             "problem": self.problem,
+            "damaged": list(self.damaged),
+            "would_run_code": self.would_run_code,
+            "needs_trust_checkpoint": self.needs_trust,
+            "trust_checkpoint": self.trusted,
             "notes": list(self.notes),
         }
 
@@ -309,6 +334,187 @@ _TORCH_PLAIN = {
 }
 
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_CHUNK = 1 << 20  # bytes read at a time when a whole member is checked: the memory stays flat
+
+
+# ---------------------------------------------------------------- what a pickle would run
+
+# Unpickling calls every global a pickle names (a class, a function): that is how a checkpoint runs
+# code (os.system is "posix.system" inside a pickle). The globals are read by walking the opcodes
+# with pickletools, which unpickles nothing; only a file whose globals are all in this short list is
+# ever handed to an unpickler, and with --trust-checkpoint the reload's unpickler admits no others.
+_TORCH_MODULES = {"torch", "torch._utils", "torch._tensor", "torch.tensor", "torch.serialization", "torch.nn.parameter", "torch.storage"}
+_PLAIN_GLOBALS = {
+    "collections.OrderedDict", "builtins.set", "builtins.frozenset", "builtins.complex", "builtins.slice",
+    "builtins.int", "builtins.float", "builtins.str", "builtins.bool", "builtins.tuple", "builtins.list",
+    "builtins.dict", "builtins.bytearray", "_codecs.encode",
+    "__builtin__.set", "__builtin__.frozenset", "__builtin__.complex", "__builtin__.slice",
+}
+_TRUSTED_GLOBALS = {
+    "collections.defaultdict", "collections.Counter", "collections.deque", "argparse.Namespace", "decimal.Decimal",
+    "datetime.datetime", "datetime.date", "datetime.time", "datetime.timedelta", "datetime.timezone",
+    "pathlib.PosixPath", "pathlib.PurePosixPath", "pathlib.WindowsPath", "pathlib.PureWindowsPath",
+    "lightning.fabric.utilities.data.AttributeDict", "lightning_fabric.utilities.data.AttributeDict",
+    "pytorch_lightning.utilities.parsing.AttributeDict",
+}
+_NUMPY_ARRAY_GLOBALS = {
+    f"{module}.{name}"
+    for module in ("numpy.core.multiarray", "numpy._core.multiarray")
+    for name in ("_reconstruct", "scalar")
+} | {"numpy.ndarray", "numpy.dtype"}
+_NUMPY_RANDOM = re.compile(
+    r"^numpy\.random\.(_pickle\.__(randomstate|generator|bit_generator)_ctor|"
+    r"(_mt19937\.MT19937|_pcg64\.PCG64|_pcg64\.PCG64DXSM|_philox\.Philox|_sfc64\.SFC64|mtrand\.RandomState|"
+    r"_generator\.Generator|bit_generator\.SeedSequence))$"
+)
+_NUMPY_DTYPE = re.compile(r"^numpy\.dtypes\.[A-Za-z0-9]+DType$")
+ALLOWLIST_WORDS = "torch's tensors, numpy arrays and RNG states, collections, argparse.Namespace, dates, paths and plain values"
+TRUST_FLAG = "--trust-checkpoint"
+
+
+def _torch_plain(name: str) -> bool:
+    module, _, attr = name.rpartition(".")
+    return module in _TORCH_MODULES and (attr.startswith("_rebuild") or attr.endswith("Storage") or attr in _TORCH_PLAIN or attr == "_get_layout")
+
+
+def weights_only_global(name: str) -> bool:
+    """What torch.load(weights_only=True) loads without being told: tensors and plain values."""
+    return name in _PLAIN_GLOBALS or _torch_plain(name)
+
+
+def allowlisted_global(name: str) -> bool:
+    """A global that builds data, never runs code of its own: the only ones ever unpickled."""
+    return (
+        weights_only_global(name) or name in _TRUSTED_GLOBALS or name in _NUMPY_ARRAY_GLOBALS
+        or bool(_NUMPY_RANDOM.match(name)) or bool(_NUMPY_DTYPE.match(name))
+    )
+
+
+def numpy_array_global(name: str) -> bool:
+    return name in _NUMPY_ARRAY_GLOBALS or bool(_NUMPY_DTYPE.match(name))
+
+
+_STRING_OPS = {
+    "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING",
+}
+_UNRESOLVED = "a global named at run time (STACK_GLOBAL of computed strings)"
+
+
+def pickle_globals(handle: Any) -> list[str]:
+    """Every global (`module.name`) one pickle names, in order, read opcode by opcode with
+    pickletools: nothing is unpickled, nothing imported. Reads up to the pickle's STOP.
+
+    Raises ValueError (or another exception of pickletools') when the pickle does not parse."""
+    mark = object()
+    stack: list[Any] = []
+    memo: dict[int, Any] = {}
+    found: list[str] = []
+    for op, arg, _pos in pickletools.genops(handle):
+        name = op.name
+        before = op.stack_before
+        if pickletools.markobject in before:
+            while True:  # everything down to the mark, and the mark
+                if not stack:
+                    raise ValueError(f"{name} without a mark")
+                if stack.pop() is mark:
+                    break
+            count = before.index(pickletools.markobject)  # what lies below the mark (APPENDS' list)
+        else:
+            count = len(before)
+        if count > len(stack):
+            raise ValueError(f"{name} on a stack of {len(stack)}")
+        popped = stack[len(stack) - count:] if count else []
+        del stack[len(stack) - count:]
+        if name in ("GLOBAL", "INST"):
+            module, _, attr = str(arg).partition(" ")
+            found.append(f"{module}.{attr}")
+        elif name == "STACK_GLOBAL":
+            module, attr = popped
+            found.append(f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str) else _UNRESOLVED)
+        elif name in ("EXT1", "EXT2", "EXT4"):
+            found.append(f"copyreg extension {arg}")
+        if name == "MARK":
+            stack.append(mark)
+        elif name in _STRING_OPS:
+            stack.append(arg)
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in memo:
+                raise ValueError(f"{name} of memo {arg}, never stored")
+            stack.append(memo[arg])
+        elif name == "MEMOIZE":
+            memo[len(memo)] = popped[-1]
+            stack.extend(popped)
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            if not stack:
+                raise ValueError(f"{name} on an empty stack")
+            memo[arg] = stack[-1]
+        elif name == "DUP":
+            stack.extend(popped * 2)
+        else:
+            stack.extend(None for _ in op.stack_after)
+    return found
+
+
+def would_run_code(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(n for n in names if not allowlisted_global(n)))
+
+
+def needs_trust(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(n for n in names if allowlisted_global(n) and not weights_only_global(n)))
+
+
+def would_run_code_message(names: list[str], *, flag: bool = True) -> str:
+    shown = ", ".join(names[:6]) + (" …" if len(names) > 6 else "")
+    text = f"would run code: {shown} (unpickling calls {'it' if len(names) == 1 else 'them'}); not loaded"
+    return text + (f", not even with {TRUST_FLAG}, which admits only {ALLOWLIST_WORDS}" if flag else "")
+
+
+def needs_trust_message(names: list[str]) -> str:
+    shown = ", ".join(dict.fromkeys(_plain_global(n) for n in names[:6])) + (" …" if len(names) > 6 else "")
+    return (
+        f"torch.load(weights_only=True) refuses it (it holds {shown or 'objects beyond tensors and plain values'}), "
+        f"and nothing else unpickles it without {TRUST_FLAG}: pass {TRUST_FLAG} to load it with only those "
+        "globals admitted (for a file you trust)"
+    )
+
+
+# ---------------------------------------------------------------- damage: CRC-32 and sizes
+
+
+def zip_damage(archive: zipfile.ZipFile) -> list[str]:
+    """Each member whose bytes do not match the CRC-32 of the central directory, read in chunks.
+
+    torch's own zip reader checks no CRC, so flipped bytes in a tensor load as garbage weights."""
+    damaged: list[str] = []
+    for info in archive.infolist():
+        if info.is_dir():
+            continue
+        crc = 0
+        try:
+            with archive.open(info) as member:
+                while True:
+                    chunk = member.read(_CHUNK)
+                    if not chunk:
+                        break
+                    crc = zlib.crc32(chunk, crc)
+        except zipfile.BadZipFile as error:
+            text = str(error)
+            if "CRC" in text:
+                damaged.append(f"member {info.filename} fails its CRC-32")
+            else:
+                damaged.append(f"member {info.filename} cannot be read ({text})")
+            continue
+        except (EOFError, zlib.error, ValueError, NotImplementedError) as error:
+            damaged.append(f"member {info.filename} cannot be read ({_short(error)})")
+            continue
+        if crc != info.CRC:
+            damaged.append(f"member {info.filename} fails its CRC-32")
+    return damaged
+
+
+def _damaged_text(damaged: list[str]) -> str:
+    more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+    return f"damaged: {damaged[0]}{more}"
 
 
 @dataclass
@@ -316,10 +522,88 @@ class TorchScan:
     obj: Any
     tensor_count: int
     globals: list[str]  # classes and functions beyond what torch.load(weights_only=True) allows
+    all_globals: list[str] = field(default_factory=list)  # every global the pickle names
+    damaged: list[str] = field(default_factory=list)  # members whose CRC-32 fails (not data.pkl)
+    structure_error: str | None = None  # the globals are known, the object tree could not be read
+
+    @property
+    def would_run_code(self) -> list[str]:
+        return would_run_code(self.all_globals)
+
+    @property
+    def needs_trust(self) -> list[str]:
+        return needs_trust(self.all_globals)
 
 
-def scan_torch_file(path: Path) -> TorchScan:
-    """Read a `torch.save` file's object tree without torch and without running anything in it."""
+@dataclass
+class Vetting:
+    """What a file is before anything unpickles it: damaged or not, and the globals it names."""
+
+    damaged: str | None = None
+    globals: list[str] = field(default_factory=list)
+
+    @property
+    def would_run_code(self) -> list[str]:
+        return would_run_code(self.globals)
+
+    @property
+    def needs_trust(self) -> list[str]:
+        return needs_trust(self.globals)
+
+
+def vet_file(path: Path, kind: str) -> Vetting:
+    """CRC-32 of every zip member, a safetensors header's sizes, a torch pickle's globals."""
+    if kind == "torch":
+        try:
+            scan = scan_torch_file(path, structure=False)
+        except CheckpointUnreadable as error:
+            return Vetting(damaged=str(error))
+        return Vetting(damaged=_damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
+    if kind == "safetensors":
+        try:
+            read_safetensors_header(path)
+        except CheckpointUnreadable as error:
+            return Vetting(damaged=str(error))
+    if kind == "npz":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                damaged = zip_damage(archive)
+        except zipfile.BadZipFile as error:
+            return Vetting(damaged=f"damaged archive: {error}")
+        except OSError as error:
+            return Vetting(damaged=f"cannot read it: {error.strerror or error}")
+        return Vetting(damaged=_damaged_text(damaged) if damaged else None)
+    return Vetting()
+
+
+_TORCH_VETTED: dict[tuple[str, int, int], str | None] = {}
+
+
+def torch_file_refusal(path: Path) -> str | None:
+    """Why a torch file must not be handed to torch.load at all (damaged, or it would run code),
+    else None; for callers that load with weights_only=True only (the closing's reload)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None  # the caller reports the unreadable file its own way
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _TORCH_VETTED:
+        vetting = vet_file(path, "torch")
+        refusal = None
+        if vetting.damaged and not vetting.damaged.startswith("not a torch.save file"):
+            refusal = f"{path.name}: {vetting.damaged}"
+        elif vetting.would_run_code:
+            refusal = f"{path.name}: {would_run_code_message(vetting.would_run_code, flag=False)}"
+        if len(_TORCH_VETTED) > 1000:
+            _TORCH_VETTED.clear()
+        _TORCH_VETTED[key] = refusal
+    return _TORCH_VETTED[key]
+
+
+def scan_torch_file(path: Path, *, structure: bool = True) -> TorchScan:
+    """Read a `torch.save` file without torch and without running anything in it: every zip
+    member's CRC-32, the globals its pickle names (pickletools), then the object tree, every class
+    an inert stand-in. Raises CheckpointUnreadable when the pickle itself cannot be trusted."""
     try:
         with path.open("rb") as handle:
             head = handle.read(4)
@@ -327,45 +611,69 @@ def scan_torch_file(path: Path) -> TorchScan:
         raise CheckpointUnreadable(f"cannot read it: {error.strerror or error}") from None
     if not head:
         raise CheckpointUnreadable("the file is empty (a save that never wrote anything)")
+    damaged: list[str] = []
+    obj: Any = None
+    structure_error = None
     if zipfile.is_zipfile(path):
         try:
             with zipfile.ZipFile(path) as archive:
                 names = [n for n in archive.namelist() if n.endswith("data.pkl")]
                 if not names:
                     raise CheckpointUnreadable("a zip archive without data.pkl: not a torch.save file")
-                with archive.open(min(names, key=len)) as member:
-                    unpickler = _ScanUnpickler(member)
-                    obj = unpickler.load()
+                pickled = min(names, key=len)
+                damaged = zip_damage(archive)
+                if any(d.startswith(f"member {pickled} ") for d in damaged):
+                    raise CheckpointUnreadable(_damaged_text(damaged))
+                with archive.open(pickled) as member:
+                    try:
+                        found = pickle_globals(member)
+                    except Exception as error:  # pickletools raises ValueError, but a torn pickle anything
+                        raise CheckpointUnreadable(
+                            f"damaged: the object record inside does not parse ({_short(error)})"
+                        ) from None
+                if structure:
+                    with archive.open(pickled) as member:
+                        try:
+                            obj = _ScanUnpickler(member).load()
+                        except Exception as error:
+                            structure_error = f"the object record inside cannot be read without torch ({_short(error)})"
         except CheckpointUnreadable:
             raise
         except zipfile.BadZipFile as error:
-            if "CRC" in str(error):
-                raise CheckpointUnreadable(
-                    f"damaged: the bytes stored in the archive do not match their checksum ({error})"
-                ) from None
             raise CheckpointUnreadable(f"damaged archive: {error}") from None
-        except Exception as error:  # a damaged pickle raises anything from ValueError to IndexError
-            raise CheckpointUnreadable(f"damaged: the object record inside does not parse ({_short(error)})") from None
+        except OSError as error:
+            raise CheckpointUnreadable(f"cannot read it: {error.strerror or error}") from None
     elif head.startswith(b"PK"):
         raise CheckpointUnreadable(
             "truncated or half-written: it starts like a torch zip archive but has no end record "
             "(the save did not finish, or the copy was cut)"
         )
     else:
+        # the legacy format: five pickles (magic, protocol, system info, the object, the storage
+        # keys), then the storages' bytes
+        found = []
         try:
             with path.open("rb") as handle:
+                for _ in range(5):
+                    found.extend(pickle_globals(handle))
+                handle.seek(0)
                 unpickler = _ScanUnpickler(handle)
                 magic = unpickler.load()
                 if magic != _LEGACY_MAGIC:
                     raise CheckpointUnreadable("not a torch.save file (no torch zip archive, no legacy torch header)")
                 unpickler.load()  # protocol version
                 unpickler.load()  # system info
-                obj = unpickler.load()
+                obj = unpickler.load() if structure else None
         except CheckpointUnreadable:
             raise
         except Exception:
             raise CheckpointUnreadable("not a torch.save file (no torch zip archive, no legacy torch header)") from None
-    return TorchScan(obj=obj, tensor_count=_count_tensors(obj), globals=sorted(unpickler.globals_seen))
+    all_globals = list(dict.fromkeys(found))
+    beyond = sorted(g for g in all_globals if not weights_only_global(g))
+    return TorchScan(
+        obj=obj, tensor_count=_count_tensors(obj) if structure_error is None else 0, globals=beyond,
+        all_globals=all_globals, damaged=damaged, structure_error=structure_error,
+    )
 
 
 def _count_tensors(obj: Any) -> int:
@@ -405,6 +713,17 @@ class SafetensorsHeader:
     metadata: dict[str, Any]
 
 
+_SAFETENSORS_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E4M3FN": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
+    "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def read_safetensors_header(path: Path) -> SafetensorsHeader:
     """8-byte little-endian header length, a JSON header, then the data; sizes must agree."""
     try:
@@ -428,20 +747,42 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
     if not isinstance(header, dict):
         raise CheckpointUnreadable("damaged: the safetensors header is not a JSON object")
     metadata = header.pop("__metadata__", None) or {}
-    end = 0
+    data_size = size - 8 - length
+    spans = []
     for name, entry in header.items():
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
             raise CheckpointUnreadable(f"damaged: tensor {name!r} has no data_offsets in the header")
-        end = max(end, offsets[1])
-    expected = 8 + length + end
-    if size < expected:
-        raise CheckpointUnreadable(
-            f"truncated: the header promises {expected} bytes, the file holds {size} "
-            "(the save did not finish, or the copy was cut)"
-        )
-    if size > expected:
-        raise CheckpointUnreadable(f"damaged: {size - expected} bytes past the end the header describes")
+        begin, end = offsets
+        if not 0 <= begin <= end:
+            raise CheckpointUnreadable(f"damaged: tensor {name!r} has data_offsets [{begin}, {end}], not a byte range")
+        if end > data_size:
+            raise CheckpointUnreadable(
+                f"truncated: tensor {name!r} ends at byte {end} of the data, which holds {data_size} "
+                "(the save did not finish, or the copy was cut)"
+            )
+        dtype, shape = entry.get("dtype"), entry.get("shape")
+        if not (isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape)):
+            raise CheckpointUnreadable(f"damaged: tensor {name!r} has no shape in the header")
+        bits = _SAFETENSORS_BITS.get(dtype) if isinstance(dtype, str) else None
+        if bits is None:
+            raise CheckpointUnreadable(f"damaged: tensor {name!r} has an unknown dtype {dtype!r}")
+        expected = (math.prod(shape) * bits + 7) // 8
+        if expected != end - begin:
+            raise CheckpointUnreadable(
+                f"damaged: tensor {name!r} is {dtype} {shape}, {expected} bytes, but its data_offsets span {end - begin}"
+            )
+        spans.append((begin, end, name))
+    position = 0
+    for begin, end, name in sorted(spans):
+        if begin != position:
+            raise CheckpointUnreadable(
+                f"damaged: tensor {name!r} starts at byte {begin} of the data, not {position}: the tensors overlap or leave a gap"
+            )
+        position = end
+    if position < data_size:
+        raise CheckpointUnreadable(f"damaged: {data_size - position} bytes past the end the header describes")
+    end = position
     return SafetensorsHeader(tensor_count=len(header), data_bytes=end, metadata=metadata if isinstance(metadata, dict) else {})
 
 
@@ -821,8 +1162,9 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
             try:
                 header = read_safetensors_header(path)
                 tensors += header.tensor_count
+                report.vetting[str(path)] = Vetting()
             except CheckpointUnreadable as error:
-                report.notes.append(f"{path.name}: {error}")
+                report.vetting[str(path)] = Vetting(damaged=str(error))
     if "optimizer.pt" in names:
         parts["optimizer"] = Part(True, "optimizer.pt")
         to_reload.append((names["optimizer.pt"], "torch"))
@@ -882,9 +1224,36 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
                 size += path.stat().st_size
             except OSError:
                 pass
+    _vet_hf_files(entries, to_reload, report)
     report.size_bytes = size
     report.tensor_count = tensors or None
     return to_reload
+
+
+_HF_TORCH_SUFFIXES = (".pt", ".pth", ".bin")
+
+
+def _vet_hf_files(entries: list[Path], to_reload: list[tuple[Path, str]], report: ResumeReport) -> None:
+    """Each file of the folder: CRC-32 of a torch file's members, a safetensors file's sizes, a
+    JSON file's syntax; the files to reload are vetted again in verify_resume (from the cache)."""
+    reloading = {str(p) for p, _kind in to_reload}
+    for path in entries:
+        if not path.is_file() or str(path) in reloading:
+            continue
+        if path.suffix == ".json":
+            try:
+                json.loads(path.read_bytes().decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as error:
+                report.damaged.append(f"{path.name}: damaged: it does not parse as JSON ({_short(error)})")
+            except OSError as error:
+                report.damaged.append(f"{path.name}: cannot read it: {error.strerror or error}")
+            continue
+        kind = "safetensors" if path.suffix == ".safetensors" else "torch" if path.suffix in _HF_TORCH_SUFFIXES else None
+        if kind is None:
+            continue
+        cause = vet_file(path, kind).damaged
+        if cause and _is_damage(cause):
+            report.damaged.append(f"{path.name}: {cause}")
 
 
 def _check_shards(index: Path, folder: Path, report: ResumeReport) -> None:
@@ -997,6 +1366,39 @@ def load_safetensors_by_hand(path):
             raise ValueError("tensor %r lies past the end of the data" % name)
     return len(header)
 
+def allowlist_pickle(admit):
+    # a pickle module whose Unpickler resolves only the globals the cockpit vetted in the file
+    import pickle as std, types
+    admit = set(admit)
+
+    class Unpickler(std.Unpickler):
+        def find_class(self, module, name):
+            full = module + "." + name
+            if full not in admit and not (module == "torch._tensor" and "torch.tensor." + name in admit):
+                raise std.UnpicklingError("would run code: " + full + " is not in the allowlist")
+            return super().find_class(module, name)
+
+    module = types.ModuleType("cockpit_allowlist_pickle")
+    module.Unpickler = Unpickler
+    module.UnpicklingError = std.UnpicklingError
+    module.load = lambda f, **kw: Unpickler(f, **kw).load()
+    return module
+
+def resolve(names):
+    import importlib
+    found = []
+    for full in names:
+        module, _, attr = full.rpartition(".")
+        try:
+            found.append(getattr(importlib.import_module(module), attr))
+        except Exception:
+            pass
+    return found
+
+def refused(e):
+    text = str(e)
+    return "Unsupported global" in text or "Weights only load failed" in text
+
 for job in jobs:
     path, kind = job["path"], job["kind"]
     r = {"path": path, "ok": False}
@@ -1005,22 +1407,31 @@ for job in jobs:
             if torch is None:
                 r["error"] = "torch is not installed"
             else:
+                mmap = job.get("mmap", False)
                 t = time.perf_counter()
                 try:
-                    obj = torch.load(path, map_location="cpu", weights_only=True, mmap=job.get("mmap", False))
+                    numpy_names = job.get("numpy_safe") or []
+                    safe_globals = getattr(getattr(torch, "serialization", None), "safe_globals", None)
+                    if numpy_names and safe_globals is not None:
+                        # what the Hugging Face Trainer does for its rng_state files: numpy's arrays only
+                        with safe_globals(resolve(numpy_names)):
+                            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+                    else:
+                        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
                     r.update(ok=True, weights_only=True, seconds=time.perf_counter() - t, tensor_count=count_tensors(obj))
                 except Exception as e:
                     r["weights_only_error"] = short(e)
-                    if "Unsupported global" not in str(e):
+                    if not refused(e):
+                        r["error"] = short(e)
+                    elif not job.get("trust"):
+                        r["refused"] = True  # never retried without --trust-checkpoint
                         r["error"] = short(e)
                     else:
-                        try:
-                            r["unsafe_globals"] = list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-                        except Exception:
-                            r["unsafe_globals"] = []
+                        r["refused"] = r["retried"] = True
                         t = time.perf_counter()
                         try:
-                            obj = torch.load(path, map_location="cpu", weights_only=False, mmap=job.get("mmap", False))
+                            obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap,
+                                             pickle_module=allowlist_pickle(job.get("admit") or []))
                             r.update(ok=True, weights_only=False, seconds=time.perf_counter() - t, tensor_count=count_tensors(obj))
                         except Exception as e2:
                             r["error"] = short(e2)
@@ -1070,17 +1481,38 @@ sys.stdout.write("\n@@cockpit-reload@@" + json.dumps(out) + "\n")
 
 
 def reload_in_new_process(
-    files: list[tuple[Path, str]], python: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+    files: list[tuple[Path, str]], python: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+    trust: bool = False, vetting: dict[str, Vetting] | None = None,
 ) -> Reload:
-    """Load each file in a fresh interpreter (CPU only, niced) and time the loads."""
+    """Load each file in a fresh interpreter (CPU only, niced) and time the loads.
+
+    A torch file is first loaded with weights_only=True; only with `trust` is one that torch refuses
+    loaded again, by an unpickler that admits nothing but the globals vetted in the file. A file
+    that names a global outside the allowlist (see `vetting`) is never sent to the process."""
     python = python or sys.executable
     result = Reload(tried=True, python=python)
     if not files:
         result.error = "nothing to reload"
         return result
+    vetting = vetting or {}
     jobs = []
+    kept: list[FileReload] = []  # refused here, before any process
     for path, kind in files:
-        jobs.append({"path": str(path), "kind": kind, "mmap": kind == "torch" and _needs_mmap(path)})
+        vet = vetting.get(str(path)) or (vet_file(path, kind) if kind == "torch" else Vetting())
+        if kind == "torch" and vet.would_run_code:
+            kept.append(FileReload(
+                path=str(path), ok=False, error=would_run_code_message(vet.would_run_code),
+                unsafe_globals=vet.would_run_code, would_run_code=vet.would_run_code,
+            ))
+            continue
+        job = {"path": str(path), "kind": kind, "mmap": kind == "torch" and _needs_mmap(path)}
+        if kind == "torch":
+            job.update(trust=trust, admit=[g for g in vet.globals if allowlisted_global(g)], needs_trust=vet.needs_trust)
+            if Path(path).name.startswith("rng_state") and vet.needs_trust and all(numpy_array_global(g) for g in vet.needs_trust):
+                job["numpy_safe"] = vet.needs_trust
+        jobs.append(job)
+    if not jobs:
+        return _gather(result, kept, files)
     env = dict(os.environ)
     env.update({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     started = time.perf_counter()
@@ -1091,13 +1523,16 @@ def reload_in_new_process(
         )
     except subprocess.TimeoutExpired:
         result.process_seconds = time.perf_counter() - started
+        result.files = kept
         result.error = f"the reload did not finish within {timeout:g} s (stopped); a larger timeout or a faster disk is needed"
         return result
     except OSError as error:
+        result.files = kept
         result.error = f"cannot start {python}: {error.strerror or error}"
         return result
     result.process_seconds = time.perf_counter() - started
     marker = completed.stdout.rfind(_RESULT_MARK)
+    result.files = kept
     if marker < 0:
         if completed.returncode < 0:
             result.error = f"the reload process was killed by signal {-completed.returncode} (out of memory is the usual cause)"
@@ -1111,30 +1546,46 @@ def reload_in_new_process(
         result.error = "the reload process gave an unreadable answer"
         return result
     result.torch_version = payload.get("torch")
-    total, tensors, all_weights_only = 0.0, 0, True
+    sent = {job["path"]: job for job in jobs}
     for raw in payload.get("results", []):
         entry = FileReload(
             path=raw.get("path", ""), ok=bool(raw.get("ok")), seconds=raw.get("seconds"),
             weights_only=raw.get("weights_only"), tensor_count=raw.get("tensor_count"),
             error=raw.get("error"), unsafe_globals=list(raw.get("unsafe_globals") or []), reader=raw.get("reader"),
         )
-        if entry.unsafe_globals and not entry.ok:
-            named = ", ".join(dict.fromkeys(_plain_global(g) for g in entry.unsafe_globals[:6]))
+        job = sent.get(entry.path, {})
+        if raw.get("refused"):
+            entry.unsafe_globals = list(job.get("needs_trust") or [])
+        if raw.get("refused") and not raw.get("retried"):
+            entry.needs_trust = True
+            entry.error = needs_trust_message(entry.unsafe_globals)
+        elif raw.get("retried") and not entry.ok:
+            named = ", ".join(dict.fromkeys(_plain_global(g) for g in entry.unsafe_globals[:6])) or "objects beyond tensors"
             entry.error = (
-                f"torch.load(weights_only=True) refuses it (it holds {named}), and with weights_only=False "
-                f"it fails too: {entry.error}"
+                f"torch.load(weights_only=True) refuses it (it holds {named}), and loaded with only those "
+                f"globals admitted ({TRUST_FLAG}) it fails too: {entry.error}"
             )
+            if "would run code: " in (raw.get("error") or ""):
+                entry.would_run_code = [raw["error"].split("would run code: ", 1)[1].split(" ")[0]]
         if entry.error == "torch is not installed":
             entry.error = f"torch is not installed for {python}"
         if raw.get("weights_only_error") and entry.ok:
             entry.error = None
-        result.files.append(entry)
+        kept.append(entry)
+    return _gather(result, kept, files)
+
+
+def _gather(result: Reload, entries: list[FileReload], files: list[tuple[Path, str]]) -> Reload:
+    order = {str(path): index for index, (path, _kind) in enumerate(files)}
+    result.files = sorted(entries, key=lambda f: order.get(f.path, len(order)))
+    total, tensors, all_weights_only = 0.0, 0, True
+    for entry in result.files:
         if entry.ok:
             total += entry.seconds or 0.0
             tensors += entry.tensor_count or 0
             if entry.weights_only is False:
                 all_weights_only = False
-    result.ok = bool(result.files) and all(f.ok for f in result.files)
+    result.ok = bool(result.files) and len(result.files) == len(files) and all(f.ok for f in result.files)
     result.seconds = total if result.ok else None
     result.tensor_count = tensors if result.ok else None
     result.weights_only = all_weights_only if result.ok and any(f.weights_only is not None for f in result.files) else None
@@ -1160,8 +1611,13 @@ def _needs_mmap(path: Path) -> bool:
 
 def verify_resume(
     path: str | Path, *, python: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, reload: bool = True,
+    trust: bool = False,
 ) -> ResumeReport:
-    """Inspect a checkpoint (file or folder) and reload it in a fresh process."""
+    """Inspect a checkpoint (file or folder) and reload it in a fresh process.
+
+    Nothing is unpickled before every file is vetted (CRC-32, sizes, the globals its pickles name);
+    a damaged file is no resume point and is not reloaded. `trust` (--trust-checkpoint) lets a file
+    that torch.load(weights_only=True) refuses load with only allowlisted globals admitted."""
     given = str(path)
     target = Path(path)
     if not target.exists():
@@ -1182,7 +1638,7 @@ def verify_resume(
             notes.append(f"the newest of {count} checkpoints in {given}: {chosen.name}")
         target = chosen
     before = _fingerprint(target)
-    report = ResumeReport(path=given, checkpoint=str(target), format="unknown")
+    report = ResumeReport(path=given, checkpoint=str(target), format="unknown", trusted=trust)
     report.notes.extend(notes)
     if target.is_dir():
         files = classify_hf_folder(target, report)
@@ -1192,9 +1648,21 @@ def verify_resume(
         files = _inspect_safetensors(target, report)
     else:
         files = _inspect_torch(target, report)
-    if reload and files:
-        # a torch file the scanner could not read still goes to torch: its verdict is the one that counts
-        report.reload = reload_in_new_process(files, python=python, timeout=timeout)
+    unreadable = []
+    for file, kind in files:
+        vetting = report.vetting.get(str(file))
+        if vetting is None:
+            vetting = report.vetting[str(file)] = vet_file(file, kind)
+        if vetting.damaged:
+            unreadable.append(vetting.damaged if len(files) == 1 else f"{Path(file).name}: {vetting.damaged}")
+    for cause in unreadable:
+        if _is_damage(cause.split(": ", 1)[1] if len(files) > 1 else cause) and cause not in report.damaged:
+            report.damaged.append(cause)
+    if reload and files and unreadable:
+        # nothing is unpickled that could not be vetted, and damaged bytes would load as garbage
+        report.reload = Reload(tried=False, error=unreadable[0])
+    elif reload and files:
+        report.reload = reload_in_new_process(files, python=python, timeout=timeout, trust=trust, vetting=report.vetting)
         _explain_reload(report)
     elif reload:
         report.reload = Reload(tried=False, error=report.problem or "nothing here to reload")
@@ -1205,11 +1673,16 @@ def verify_resume(
         shown = report.foreign_globals
         report.notes.append(
             "it holds objects beyond tensors and plain values (" + ", ".join(shown[:6]) + (" …" if len(shown) > 6 else "")
-            + "): torch.load(weights_only=True), the default since torch 2.6, will refuse it"
+            + f"): torch.load(weights_only=True), the default since torch 2.6, will refuse it, and the cockpit "
+            f"loads it otherwise only with {TRUST_FLAG}"
         )
     if not report.reload.ok and before is not None and _fingerprint(target) != before:
         report.notes.append("the checkpoint changed while it was checked: a save is under way; check again when it ends")
     return report
+
+
+def _is_damage(cause: str) -> bool:
+    return cause.startswith(("damaged", "truncated", "the file is empty"))
 
 
 def _fingerprint(path: Path) -> tuple[int, int] | None:
@@ -1241,15 +1714,20 @@ def _size(path: Path) -> int | None:
 
 def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
     report.size_bytes = _size(path)
+    report.format = "pytorch" if path.suffix != ".ckpt" else "lightning"
     try:
         scan = scan_torch_file(path)
     except CheckpointUnreadable as error:
         report.problem = str(error)
-        report.format = "pytorch" if path.suffix != ".ckpt" else "lightning"
-        return [(path, "torch")]  # let torch have its say too: the reload reports its own error
+        report.vetting[str(path)] = Vetting(damaged=str(error))
+        return [(path, "torch")]
+    report.vetting[str(path)] = Vetting(damaged=_damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
+    report.foreign_globals = list(dict.fromkeys(_plain_global(g) for g in scan.globals if not g.startswith("torch.")))
+    if scan.structure_error:
+        report.problem = scan.structure_error  # the globals are vetted: torch may still read it
+        return [(path, "torch")]
     report.tensor_count = scan.tensor_count
     classify_object(scan.obj, report)
-    report.foreign_globals = list(dict.fromkeys(_plain_global(g) for g in scan.globals if not g.startswith("torch.")))
     return [(path, "torch")]
 
 
@@ -1262,6 +1740,8 @@ def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
     report.format = "demo"
     try:
         with zipfile.ZipFile(path) as archive:
+            damaged = zip_damage(archive)
+            report.vetting[str(path)] = Vetting(damaged=_damaged_text(damaged) if damaged else None)
             members = [n for n in archive.namelist() if n.endswith(".npy")]
             keys = [n[:-4] for n in members]
             scalars = {
@@ -1286,7 +1766,10 @@ def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, s
         header = read_safetensors_header(path)
     except CheckpointUnreadable as error:
         report.problem = str(error)
+        if _is_damage(str(error)):
+            report.damaged.append(str(error))
         return []
+    report.vetting[str(path)] = Vetting()
     report.tensor_count = header.tensor_count
     report.parts["model"] = Part(True, "(the whole file)", f"{header.tensor_count} tensors")
     report.notes.append("a safetensors file holds tensors only: weights, never an optimizer or progress")
@@ -1318,7 +1801,8 @@ def _explain_reload(report: ResumeReport) -> None:
             change = "save state_dict()s and plain values instead of whole objects"
         report.notes.append(
             f"{Path(entry.path).name}: torch.load(weights_only=True), the default since torch 2.6, refuses it because "
-            f"it holds {names}; it loads with weights_only=False (only for files you trust). To resume with the "
+            f"it holds {names}; it loaded here with weights_only=False because of {TRUST_FLAG}, only those globals "
+            "admitted. To resume with the "
             f"default, {change}, or allow them before loading: "
             "torch.serialization.add_safe_globals([...the globals named...])"
         )

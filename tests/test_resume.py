@@ -84,14 +84,28 @@ class FakeTensor:
         return (_fake_rebuild, ("storage", 0, (2,), (1,), False, {}))
 
 
-def torch_like_file(path: Path, obj) -> Path:
-    """A torch.save-shaped zip (archive/data.pkl) whose tensors name torch's rebuild function."""
+TENSOR_BYTES = bytes(range(7, 71))  # the bytes of one stored tensor, easy to find in the file
+
+
+def torch_like_file(path: Path, obj, storages: int = 0) -> Path:
+    """A torch.save-shaped zip (archive/data.pkl, then archive/data/0 … stored, as torch.save
+    writes them) whose tensors name torch's rebuild function."""
     data = pickle.dumps(obj, protocol=2)
     ours = f"{_fake_rebuild.__module__}\n{_fake_rebuild.__qualname__}\n".encode()
     data = data.replace(ours, b"torch._utils\n_rebuild_tensor_v2\n")
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl", data)
+        for index in range(storages):
+            archive.writestr(f"archive/data/{index}", TENSOR_BYTES)
         archive.writestr("archive/version", "3\n")
+    return path
+
+
+def flip_byte(path: Path, inside: bytes, at: int = 5) -> Path:
+    """Flip one byte of `inside` where it lies in the file (a bit rot, a bad copy)."""
+    data = bytearray(path.read_bytes())
+    data[data.index(inside) + at] ^= 0x40
+    path.write_bytes(bytes(data))
     return path
 
 
@@ -539,8 +553,131 @@ def test_numpy_rng_state_fails_weights_only_and_says_what_to_change(tmp_path, tr
     path = tmp_path / "np-rng.pt"
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 1,
                 "numpy_rng_state": numpy.random.get_state()}, path)
-    report = resume.verify_resume(path)
+    # never retried with weights_only=False on its own (issue 13 item 8): the flag says to
+    refused = resume.verify_resume(path)
+    assert not refused.ok and refused.has["rng"]
+    assert "--trust-checkpoint" in refused.reload.error and "numpy" in refused.reload.error
+    report = resume.verify_resume(path, trust=True)
     assert report.ok and report.has["rng"]
     assert report.reload.weights_only is False
     note = next(n for n in report.notes if "weights_only=True" in n)
     assert "numpy.ndarray" in note and "add_safe_globals" in note and "weights_only=False" in note
+
+
+# ---------------------------------------------------------------- damage: CRC-32, sizes (issue 13 item 9)
+
+TUTORIAL = {
+    "epoch": 5,
+    "model_state_dict": {"fc.weight": FakeTensor()},
+    "optimizer_state_dict": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+}
+LIGHTNING = {
+    "epoch": 0, "global_step": 40, "pytorch-lightning_version": "2.5.1", "state_dict": {"w": FakeTensor()},
+    "optimizer_states": [{"state": {}, "param_groups": []}], "lr_schedulers": [], "loops": {},
+}
+
+
+@pytest.mark.parametrize("name, obj, fmt", [("full.pt", TUTORIAL, "pytorch"), ("epoch=0-step=40.ckpt", LIGHTNING, "lightning")],
+                         ids=["torch", "lightning"])
+def test_a_flipped_byte_in_a_tensor_is_damage_not_a_resume_point(tmp_path, name, obj, fmt):
+    path = torch_like_file(tmp_path / name, obj, storages=2)
+    intact = resume.verify_resume(path, reload=False)
+    assert intact.resume_point and intact.damaged == []
+    flip_byte(path, TENSOR_BYTES)  # archive/data/0: torch's zip reader checks no CRC and loads garbage
+    report = resume.verify_resume(path)
+    assert report.format == fmt
+    assert report.damaged == ["damaged: member archive/data/0 fails its CRC-32"]
+    assert not report.resume_point and not report.ok
+    assert report.reload.tried is False  # damaged bytes are not handed to any loader
+    done = cockpit("verify-resume", str(path))
+    assert done.returncode == 1
+    assert "NOT a resume point: damaged: member archive/data/0 fails its CRC-32" in " ".join(done.stdout.split())
+    payload = json.loads(cockpit("verify-resume", str(path), "--json").stdout)
+    assert payload["damaged"] == ["damaged: member archive/data/0 fails its CRC-32"]
+    assert payload["resume_point"] is False and payload["reload_ok"] is False and payload["reload_seconds"] is None
+    assert payload["has"]["model"] and payload["format"] == fmt and "missing" in payload
+
+
+def test_a_flipped_byte_in_the_pickle_is_named_too(tmp_path):
+    path = torch_like_file(tmp_path / "full.pt", TUTORIAL, storages=1)
+    flip_byte(path, b"optimizer_state_dict", at=3)
+    report = resume.verify_resume(path)
+    assert "damaged: member archive/data.pkl fails its CRC-32" in report.problem
+    assert report.damaged and not report.resume_point and report.reload.tried is False
+
+
+def test_the_crc_check_streams_a_large_member(tmp_path):
+    import tracemalloc
+
+    path = tmp_path / "big.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps({"step": 1}, protocol=2))
+        archive.writestr("archive/data/0", os.urandom(1024) * (24 * 1024))  # 24 MiB
+    tracemalloc.start()
+    try:
+        with zipfile.ZipFile(path) as archive:
+            assert resume.zip_damage(archive) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 1024 * 1024, f"{peak} bytes held to check a 24 MiB member"
+
+
+def raw_safetensors(path: Path, header: dict, data: bytes, length: int | None = None) -> Path:
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data, length, cause", [
+    ({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, b"\0" * 8, None,
+     "tensor 'w' is F32 [3], 12 bytes, but its data_offsets span 8"),
+    ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}},
+     b"\0" * 12, None, "the tensors overlap or leave a gap"),
+    ({"w": {"dtype": "F32", "shape": [100], "data_offsets": [0, 400]}}, b"\0" * 8, None, "truncated: tensor 'w' ends at byte 400"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 12, None, "4 bytes past the end the header describes"),
+    ({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8, 10_000, "the header claims 10000 bytes"),
+    ({"w": {"dtype": "Q7", "shape": [2], "data_offsets": [0, 8]}}, b"\0" * 8, None, "unknown dtype 'Q7'"),
+    ({"w": {"dtype": "BF16", "shape": [2, "x"], "data_offsets": [0, 8]}}, b"\0" * 8, None, "tensor 'w' has no shape"),
+], ids=["dtype-times-shape", "overlap", "past-the-data", "trailing-bytes", "header-length", "unknown-dtype", "bad-shape"])
+def test_safetensors_sizes_must_agree_with_the_header(tmp_path, header, data, length, cause):
+    path = raw_safetensors(tmp_path / "model.safetensors", header, data, length)
+    report = resume.verify_resume(path)
+    assert cause in report.problem
+    assert not report.reload_ok and not report.resume_point
+    fine = raw_safetensors(tmp_path / "fine.safetensors", {
+        "h": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]}, "b": {"dtype": "BOOL", "shape": [], "data_offsets": [12, 13]},
+        "e": {"dtype": "F32", "shape": [0], "data_offsets": [13, 13]}, "__metadata__": {"format": "pt"}}, b"\1" * 13)
+    assert resume.read_safetensors_header(fine).tensor_count == 3
+
+
+def test_each_file_of_a_hugging_face_checkpoint_is_checked(tmp_path):
+    folder = tmp_path / "checkpoint-500"
+    folder.mkdir()
+    write_safetensors(folder / "model.safetensors", {"lin.weight": [1.0, 2.0]})
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 500, "epoch": 1.0}))
+    torch_like_file(folder / "optimizer.pt", {"state": {0: {"exp_avg": FakeTensor()}}, "param_groups": [{"params": [0]}]}, storages=1)
+    torch_like_file(folder / "scheduler.pt", {"last_epoch": 500})
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    assert resume.verify_resume(folder, reload=False).resume_point
+    flip_byte(folder / "optimizer.pt", TENSOR_BYTES)
+    report = resume.verify_resume(folder)
+    assert report.damaged == ["optimizer.pt: damaged: member archive/data/0 fails its CRC-32"]
+    assert not report.resume_point and report.reload.tried is False
+    assert "optimizer.pt: damaged: member archive/data/0 fails its CRC-32" in report.reload.error
+    # a weights file whose header does not add up, and a config that does not parse, are named too
+    raw_safetensors(folder / "model.safetensors", {"lin.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 8]}}, b"\0" * 8)
+    (folder / "config.json").write_text('{"model_type": ')
+    report = resume.verify_resume(folder, reload=False)
+    named = {entry.split(":")[0] for entry in report.damaged}
+    assert named == {"model.safetensors", "optimizer.pt", "config.json"}
+    done = cockpit("verify-resume", str(folder))
+    assert done.returncode == 1 and "NOT a resume point:" in done.stdout and "damaged" in done.stdout
+
+
+def test_a_flipped_byte_in_a_demo_checkpoint_is_damage(tmp_path):
+    path = write_npz(tmp_path / "step-120.npz", demo_members())
+    flip_byte(path, struct.pack("<3f", 0.1, 0.2, 0.3), at=2)  # model/w1's float32 data
+    report = resume.verify_resume(path)
+    assert report.damaged == ["damaged: member model/w1.npy fails its CRC-32"]
+    assert not report.resume_point and not report.ok and report.reload.tried is False

@@ -5,14 +5,17 @@ user, same start time — never a reused pid."""
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
+import pickle
 import pwd
 import shutil
 import stat
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import psutil
@@ -246,3 +249,194 @@ def test_stop_of_a_run_not_in_the_campaign_records_and_signals_nothing(seed_camp
     assert result.returncode == 2 and "no run 'intruder'" in result.stderr
     assert bystander.poll() is None
     assert RunLog(seed_campaign).read().events == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint never runs code: `verify-resume` and the closing's reload vet the pickle's globals
+# (pickletools, no unpickling) and unpickle only an allowlist, and only with --trust-checkpoint
+
+
+# A stand-in for torch in the reload's fresh interpreter, faithful to what matters here: with
+# weights_only=True it refuses any global beyond tensors; with weights_only=False it unpickles with
+# the given pickle module (through a find_class wrapper, as torch does), else with plain pickle,
+# which runs whatever the file names. The old reload retried like that and ran the payload.
+FAKE_TORCH = '''
+import io, pickle, zipfile
+__version__ = "0.0+fake"
+
+class Tensor:
+    pass
+
+def is_tensor(x):
+    return isinstance(x, Tensor)
+
+def load(path, map_location=None, weights_only=True, mmap=False, pickle_module=None):
+    if weights_only and pickle_module is not None:
+        raise RuntimeError("Can not safely load weights when explicit pickle_module is specified")
+    with zipfile.ZipFile(path) as archive:
+        data = archive.read(min((n for n in archive.namelist() if n.endswith("data.pkl")), key=len))
+    if weights_only:
+        class Weights(pickle.Unpickler):
+            def find_class(self, module, name):
+                if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+                    return super().find_class(module, name)
+                raise pickle.UnpicklingError(
+                    "Weights only load failed. Unsupported global: GLOBAL %s.%s was not an allowed global by default" % (module, name))
+        return Weights(io.BytesIO(data)).load()
+    base = (pickle_module or pickle).Unpickler
+
+    class Wrapper(base):
+        def find_class(self, module, name):
+            return super().find_class(module, name)
+    return Wrapper(io.BytesIO(data), encoding="utf-8").load()
+'''
+
+
+@pytest.fixture
+def fake_torch(tmp_path, monkeypatch):
+    shadow = tmp_path / "fake-torch"
+    (shadow / "torch").mkdir(parents=True)
+    (shadow / "torch" / "__init__.py").write_text(FAKE_TORCH)
+    (shadow / "torch" / "_utils.py").write_text("def _rebuild_tensor_v2(*args):\n    from torch import Tensor\n    return Tensor()\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow))
+    return shadow
+
+
+class _Rebuild:  # pickled under torch's name for its tensor rebuild function
+    def __reduce__(self):
+        return (os.getcwd, ())
+
+
+class Payload:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def torch_zip(path: Path, obj, protocol: int = 2) -> Path:
+    """A torch.save-shaped zip: archive/data.pkl plus one stored tensor member."""
+    data = pickle.dumps(obj, protocol=protocol)
+    data = data.replace(b"posix\ngetcwd\n", b"torch._utils\n_rebuild_tensor_v2\n")
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", data)
+        archive.writestr("archive/data/0", bytes(range(64)))
+        archive.writestr("archive/version", "3\n")
+    return path
+
+
+def resume_point(**extra) -> dict:
+    return {"model": {"w": _Rebuild()}, "optimizer": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0]}]},
+            "step": 7, **extra}
+
+
+def test_the_globals_scan_walks_opcodes_and_runs_nothing(tmp_path):
+    from cockpit import resume
+
+    marker = tmp_path / "MARKER"
+    for protocol in (0, 2, 4, 5):
+        data = pickle.dumps({"a": Payload(marker), "b": [Payload(marker)], "c": argparse_namespace()}, protocol=protocol)
+        found = resume.pickle_globals(io.BytesIO(data))
+        assert {f"{os.system.__module__}.system", "argparse.Namespace"} <= set(found), protocol
+        assert f"{os.system.__module__}.system" in resume.would_run_code(found)
+        if protocol >= 2:  # protocol 0 builds objects through copy_reg, which is no allowlisted global
+            assert set(found) == {f"{os.system.__module__}.system", "argparse.Namespace"}
+            assert resume.would_run_code(found) == [f"{os.system.__module__}.system"]
+            assert resume.needs_trust(found) == ["argparse.Namespace"]
+    # protocol 4 names a global by two strings on the stack; the second one from the same module
+    # comes from the memo
+    assert resume.pickle_globals(io.BytesIO(pickle.dumps([os.system, os.getcwd], protocol=4))) == [
+        f"{os.system.__module__}.system", f"{os.getcwd.__module__}.getcwd"]
+    path = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
+    scan = resume.scan_torch_file(path)
+    assert scan.would_run_code == ["posix.system"] and not marker.exists()
+
+
+def test_the_legacy_torch_format_is_vetted_pickle_by_pickle(tmp_path):
+    """torch's pre-1.6 format: five pickles back to back (magic, protocol, system info, the object,
+    the storage keys), then raw bytes; code hidden in the last one is found too."""
+    from cockpit import resume
+
+    marker = tmp_path / "MARKER"
+    path = tmp_path / "old.pt"
+    with open(path, "wb") as handle:
+        for part in (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True},
+                     {"optimizer": {"state": {}, "param_groups": []}, "step": 7}, ["0", Payload(marker)]):
+            pickle.dump(part, handle, protocol=2)
+        handle.write(b"\0" * 64)
+    scan = resume.scan_torch_file(path)
+    assert scan.would_run_code == ["posix.system"]
+    report = resume.verify_resume(path)
+    assert report.would_run_code == ["posix.system"] and not report.ok and not marker.exists()
+
+
+def argparse_namespace():
+    import argparse
+
+    return argparse.Namespace(lr=0.1, fp16=False)
+
+
+@pytest.mark.parametrize("trust", [False, True])
+def test_verify_resume_never_runs_the_code_in_a_checkpoint(tmp_path, fake_torch, trust):
+    marker = tmp_path / "MARKER"
+    path = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
+    flag = ["--trust-checkpoint"] if trust else []
+    env = {**ENV, "PYTHONPATH": str(fake_torch)}
+    for args in ([], ["--json"]):
+        done = subprocess.run([sys.executable, "-m", "cockpit", "verify-resume", str(path), *flag, *args],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert not marker.exists(), "the checkpoint's payload ran"
+        assert "--trust-checkpoint" in done.stdout and "posix.system" in done.stdout
+        assert "Traceback" not in done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["would_run_code"] == ["posix.system"] and payload["reload_ok"] is False
+    assert payload["trust_checkpoint"] is trust
+    assert payload["resume_point"] is True  # what it holds is fine; what it would run is not
+
+
+def test_the_reload_child_admits_only_the_vetted_globals(tmp_path, fake_torch):
+    """Even were the vetting wrong, the unpickler in the fresh process resolves no other global."""
+    from cockpit import resume
+
+    marker = tmp_path / "MARKER"
+    path = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
+    forged = {str(path): resume.Vetting(globals=["torch._utils._rebuild_tensor_v2", "collections.OrderedDict"])}
+    reload = resume.reload_in_new_process([(path, "torch")], trust=True, vetting=forged)
+    assert not reload.ok and not marker.exists()
+    assert "would run code: posix.system" in reload.error
+
+
+def test_trust_checkpoint_loads_allowlisted_globals_and_only_with_the_flag(tmp_path, fake_torch):
+    from cockpit import resume
+
+    path = torch_zip(tmp_path / "args.pt", resume_point(args=argparse_namespace()))
+    refused = resume.verify_resume(path)
+    assert not refused.ok and refused.needs_trust == ["argparse.Namespace"]
+    assert "--trust-checkpoint" in refused.reload.error and "argparse.Namespace" in refused.reload.error
+    assert refused.reload.files[0].weights_only is None  # never retried with weights_only=False
+    trusted = resume.verify_resume(path, trust=True)
+    assert trusted.ok and trusted.reload.weights_only is False
+    assert trusted.to_json()["needs_trust_checkpoint"] == [] and trusted.to_json()["trust_checkpoint"] is True
+    assert any("--trust-checkpoint" in note for note in trusted.notes)
+    plain = resume.verify_resume(torch_zip(tmp_path / "plain.pt", resume_point()))
+    assert plain.ok and plain.reload.weights_only is True
+
+
+def test_the_closing_reload_refuses_a_checkpoint_that_would_run_code_or_is_damaged(tmp_path):
+    from cockpit import closing
+
+    marker = tmp_path / "MARKER"
+    evil = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
+    ok, detail = closing.reload_file(evil)
+    assert ok is False and "would run code: posix.system" in detail and not marker.exists()
+    good = torch_zip(tmp_path / "good.pt", resume_point())
+    data = bytearray(good.read_bytes())
+    at = data.index(bytes(range(64)))
+    data[at + 10] ^= 0xFF
+    flipped = tmp_path / "flipped.pt"
+    flipped.write_bytes(bytes(data))
+    ok, detail = closing.reload_file(flipped)
+    assert ok is False and "member archive/data/0 fails its CRC-32" in detail
+    assert closing.torch_reload_many([evil, flipped], timeout=30) == {}  # neither goes to torch

@@ -41,7 +41,10 @@ def run(args) -> int:
     elif campaign_dir:
         campaign = _load(campaign_dir)
 
-    report = resume.verify_resume(args.path, python=getattr(args, "python", None), timeout=timeout)
+    report = resume.verify_resume(
+        args.path, python=getattr(args, "python", None), timeout=timeout,
+        trust=bool(getattr(args, "trust_checkpoint", False)),
+    )
     if report.problem and report.problem.startswith("no such file or folder"):
         if not args.json:
             raise Finding(report.problem)
@@ -184,8 +187,22 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
         verdict = "a resume point" + (
             f"; missing {', '.join(missing)} (what each costs is above)" if missing else ", nothing missing"
         )
+    elif report.damaged:
+        verdict = f"NOT a resume point: {report.damaged[0]}" + (
+            f" (and {len(report.damaged) - 1} more damaged)" if len(report.damaged) > 1 else ""
+        )
     elif report.problem:
         verdict = "NOT a resume point: its contents cannot be read"
+    elif report.would_run_code:
+        verdict = (
+            f"NOT verified: it would run code ({', '.join(report.would_run_code[:6])}) when unpickled, so it "
+            f"was not loaded, not even with {resume.TRUST_FLAG}"
+        )
+    elif report.needs_trust:
+        verdict = (
+            f"NOT verified: it needs {resume.TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
+            "and only if you trust the file"
+        )
     elif not report.resume_point:
         lacking = [p for p in ("model", "optimizer", "progress") if not report.parts[p].present]
         verdict = f"NOT a resume point: no {', '.join(lacking)}" if lacking else "NOT a resume point"
