@@ -601,3 +601,20 @@ def test_the_pilot_decision_falls_due_once_and_clears_when_decided(b200_campaign
     assert [e["rule"] for e in RunLog(b200_campaign).read().events if e["type"] == "ack"] == ["pilot-due"]
     engine.tick()
     assert [e["rule"] for e in alert_events(b200_campaign)].count("pilot-due") == 1
+
+
+def test_watch_prints_a_built_in_alert_once_and_is_not_held_by_a_fifo(seed_campaign):
+    fifo = seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    env = {**os.environ, "COCKPIT_NVML": "off", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "cockpit", "watch", str(seed_campaign), "--headless", "--interval", "0.2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(e["rule"] == "stream-unreadable" for e in alert_events(seed_campaign)):
+        time.sleep(0.2)
+    time.sleep(1.0)  # a few more ticks: still said once
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.count("ALERT [stream-unreadable]") == 1 and "FIFO" in out
