@@ -121,6 +121,7 @@ class Engine:
         self._undeclared: str | None = None  # the notice on runs/ folders the campaign does not declare
         self._undeclared_at: float | None = None
         self.pilot_due_at: datetime | None = None
+        self._ticked = False
 
         self._started = False
         self._start_if_due(clock())
@@ -135,6 +136,9 @@ class Engine:
             run.id: saved.stream(run.id, run.metrics_path(self.directory)) for run in campaign.runs
         }
         self.evaluator = RuleEvaluator(campaign.model.stop_rules, RuleState.from_dict((saved.extra or {}).get("rules")))
+        rearmed = (saved.extra or {}).get("rearmed")
+        if isinstance(rearmed, list):  # cleared while an earlier cockpit watched: may be said again
+            self._rearmed = {key for key in rearmed if isinstance(key, str)}
 
     # ------------------------------------------------------------ set-up
 
@@ -181,7 +185,8 @@ class Engine:
             return
         try:
             state_dir(self.directory)
-            save_state(state_file(self.directory), list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+            save_state(state_file(self.directory), list(self.streams.values()),
+                       extra={"rules": self.evaluator.state.to_dict(), "rearmed": sorted(self._rearmed)})
         except OSError as error:
             notice = (
                 f"cannot save the reading position in .cockpit/ ({error.strerror or error}); "
@@ -244,7 +249,9 @@ class Engine:
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
                 written.append(tx.append("alert", key=item.key, **fields))
-                self._rearmed.discard(item.key)
+                if item.key in self._rearmed:
+                    self._rearmed.discard(item.key)
+                    self._unsaved = True
         return written
 
     # ------------------------------------------------------------ one tick
@@ -279,7 +286,12 @@ class Engine:
                 check = self.host.check(pid, _run_start(stream.track))
                 alive[run_id] = check.ok
                 if sees and not check.ok and check.outcome in DEAD_OUTCOMES:
-                    dead[run_id] = check  # judged only where the pid means what it meant to the run
+                    # judged only where the pid means what it meant to the run; read once more first:
+                    # a run that wrote `finished` just after this tick's read and then exited did not die
+                    observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
+                    changed = bool(stream.poll(observer).lines) or changed
+                    if stream.track.finished is None:
+                        dead[run_id] = check
             if recorded.stop_of(run_id) is None:
                 triggers.extend(self.evaluator.tick(run_id, stream.track, now, alive[run_id]))
 
@@ -303,7 +315,12 @@ class Engine:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
             pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": True}))
         standing = {p.key for p in pending if p.fields.get("once")}
+        rearmed = len(self._rearmed)
         self._rearmed |= self._standing - standing  # a condition that cleared may be said again
+        if not self._ticked:  # an unreadable stream fixed while no cockpit watched may be said again
+            self._ticked = True
+            self._rearmed |= {i[0] for i in self._logged_lines if i[0].startswith(STREAM_UNREADABLE + "|")} - standing
+        self._unsaved = self._unsaved or len(self._rearmed) != rearmed
         self._standing = standing
 
         # Alerts the disk refused earlier come first: kept and retried until they are on disk.

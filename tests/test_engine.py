@@ -618,3 +618,42 @@ def test_watch_prints_a_built_in_alert_once_and_is_not_held_by_a_fifo(seed_campa
     out, err = process.communicate(timeout=20)
     assert process.returncode == 0, err
     assert out.count("ALERT [stream-unreadable]") == 1 and "FIFO" in out
+
+
+def test_a_run_that_writes_finished_and_exits_between_read_and_check_did_not_die(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=10)).timestamp()
+    fake, host = fake_host({4242: {"created": t0 - 5}})
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242), {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    engine = Engine(load_campaign(seed_campaign), clock=Clock(now), gpus=NoGpus(), host=host)
+    engine.tick()
+    real_process = fake.Process
+
+    def finishes_then_exits(pid):
+        if pid == 4242 and pid in fake.processes:
+            write_stream(seed_campaign, "ctrl-r1", [{"ts": t0 + 120, "event": "finished", "status": "ok"}])
+            del fake.processes[pid]
+        return real_process(pid)
+
+    fake.Process = finishes_then_exits
+    snapshot = engine.tick()
+    assert keys_of(snapshot) == [] and snapshot.run("ctrl-r1").state == "finished"
+
+
+def test_an_acknowledged_unreadable_stream_fixed_while_no_cockpit_watched_is_said_again(seed_campaign):
+    folder = seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl"
+    folder.mkdir(parents=True)
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    assert keys_of(engine.tick()) == [("stream-unreadable", "ctrl-r1")]
+    decisions.acknowledge(load_campaign(seed_campaign), engine.log, "stream-unreadable", "ctrl-r1", source="key")
+    assert keys_of(engine.tick()) == []  # still a folder, acknowledged: not said again
+    engine.close()
+    folder.rmdir()
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": LOT_START.timestamp() + 3500, "step": 1, "loss": 2.0}])
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    assert keys_of(engine.tick()) == []
+    engine.close()
+    (seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl").unlink()
+    (seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl").mkdir()
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    assert keys_of(engine.tick()) == [("stream-unreadable", "ctrl-r1")]
