@@ -55,6 +55,14 @@ from cockpit.snapshot import (
 HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
 SAVE_EVERY_SECONDS = 15.0  # reading positions are saved this often (and at close), not every tick
 SOURCE_AUTO = "auto"
+# Built-in alerts: no [[stop_rule]] declares them.
+RUN_DIED = "run-died"
+STOPPED_STILL_RUNNING = "stopped-still-running"
+STREAM_UNREADABLE = "stream-unreadable"
+PILOT_DUE = "pilot-due"
+STOPPED_GRACE_SECONDS = 120.0  # lines this long after a stop are a shutdown's last words, not a run going on
+DEAD_OUTCOMES = ("ended", "reused", "not-the-run")  # the pid is no longer the run's process
+UNDECLARED_SCAN_SECONDS = 60.0  # runs/ is listed this often for folders the campaign does not declare
 
 
 def _run_start(track: RunTrack) -> float | None:
@@ -110,12 +118,17 @@ class Engine:
         self._gpu_history: dict[int, tuple[deque, deque]] = {}
         self._log_offset = 0
         self._recorded = RecordedState()
-        self._logged_lines: set[tuple[str, Any, Any]] = set()  # (alert key, stream inode, line) of every alert logged
+        # (alert key, stream inode, stream generation, line) of every alert logged
+        self._logged_lines: set[tuple[str, Any, Any, Any]] = set()
         self._bad_log_lines = 0
         self._unwritten: list[_Pending] = []  # alerts the run log refused (a full disk), retried each tick
         self._stops_due: list[Trigger] = []  # auto-stops not yet recorded, likewise
         self._standing: set[str] = set()  # standing conditions (window, lost GPU) present at the last tick
         self._rearmed: set[str] = set()  # standing conditions that cleared since they were logged
+        self._undeclared: str | None = None  # the notice on runs/ folders the campaign does not declare
+        self._undeclared_at: float | None = None
+        self.pilot_due_at: datetime | None = None
+        self._ticked = False
 
         self._started = False
         self._start_if_due(clock())
@@ -130,6 +143,9 @@ class Engine:
             run.id: saved.stream(run.id, run.metrics_path(self.directory)) for run in campaign.runs
         }
         self.evaluator = RuleEvaluator(campaign.model.stop_rules, RuleState.from_dict((saved.extra or {}).get("rules")))
+        rearmed = (saved.extra or {}).get("rearmed")
+        if isinstance(rearmed, list):  # cleared while an earlier cockpit watched: may be said again
+            self._rearmed = {key for key in rearmed if isinstance(key, str)}
 
     # ------------------------------------------------------------ set-up
 
@@ -176,7 +192,8 @@ class Engine:
             return
         try:
             state_dir(self.directory)
-            save_state(state_file(self.directory), list(self.streams.values()), extra={"rules": self.evaluator.state.to_dict()})
+            save_state(state_file(self.directory), list(self.streams.values()),
+                       extra={"rules": self.evaluator.state.to_dict(), "rearmed": sorted(self._rearmed)})
         except (OSError, ValueError, TypeError) as error:
             notice = (
                 f"cannot save the reading position in .cockpit/ ({getattr(error, 'strerror', None) or error}); "
@@ -202,17 +219,17 @@ class Engine:
         return self._recorded
 
     def _to_log(
-        self, pending: list[_Pending], open_keys: set[str], logged_lines: set[tuple[str, Any, Any]]
+        self, pending: list[_Pending], open_keys: set[str], logged_lines: set[tuple[str, Any, Any, Any]]
     ) -> tuple[list[_Pending], list[_Pending]]:
         """(alerts to write, alerts already logged for the same line of the same file)."""
         open_keys = set(open_keys)
-        ever_keys = {key for key, _, _ in logged_lines}
+        ever_keys = {identity[0] for identity in logged_lines}
         keep: list[_Pending] = []
         repeated: list[_Pending] = []
         for item in pending:
             if item.key in open_keys:
                 continue
-            if item.line is not None and (item.key, item.fields.get("stream_inode"), item.line) in logged_lines:
+            if item.line is not None and _line_identity(item.key, item.fields, item.line) in logged_lines:
                 repeated.append(item)  # the same line of the same file, re-read after the saved state was lost
                 continue
             if item.fields.get("once") and item.key in ever_keys and item.key not in self._rearmed:
@@ -239,7 +256,9 @@ class Engine:
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
                 written.append(tx.append("alert", key=item.key, **fields))
-                self._rearmed.discard(item.key)
+                if item.key in self._rearmed:
+                    self._rearmed.discard(item.key)
+                    self._unsaved = True
         return written
 
     # ------------------------------------------------------------ one tick
@@ -247,7 +266,7 @@ class Engine:
     def tick(self) -> Snapshot:
         now = self.clock()
         self._start_if_due(now)
-        recorded = self._follow_log()
+        recorded = self._settle_pilot(self._follow_log())
         gpu_snapshot: GpuSnapshot = self._read_gpus()
         triggers: list[Trigger] = []
         changed = False
@@ -267,13 +286,26 @@ class Engine:
             for run_id, stream in self.streams.items()
             if stream.track.started and isinstance(stream.track.started.get("pid"), int)
         }
-        alive: dict[str, bool | None] = {}
+        alive: dict[str, bool | None] = {}  # None: no pid, or one from another host or pid namespace
+        dead: dict[str, Any] = {}  # run → the check that found its own process gone
         for run_id, stream in self.streams.items():
             pid = run_pids.get(run_id)
             try:
-                alive[run_id] = None if pid is None else self.host.is_alive(pid, _run_start(stream.track), **_start_bounds(stream.track))
+                sees = self.host.sees(stream.track.started) if pid is not None else False
+                if pid is None or sees is False:
+                    alive[run_id] = None  # `stalled` goes on silence alone
+                else:
+                    check = self.host.check(pid, _run_start(stream.track), **_start_bounds(stream.track))
+                    alive[run_id] = check.ok
+                    if sees and not check.ok and check.outcome in DEAD_OUTCOMES:
+                        # judged only where the pid means what it meant to the run; read once more first:
+                        # a run that wrote `finished` just after this tick's read and then exited did not die
+                        observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
+                        changed = bool(stream.poll(observer, now=now.timestamp()).lines) or changed
+                        if stream.track.finished is None:
+                            dead[run_id] = check
                 if recorded.stop_of(run_id) is None:
-                    triggers.extend(self.evaluator.tick(run_id, stream.track, now, bool(alive[run_id])))
+                    triggers.extend(self.evaluator.tick(run_id, stream.track, now, alive[run_id]))
             except Exception as error:
                 alive.setdefault(run_id, None)
                 self._run_failed(run_id, "its time rules could not be evaluated this tick", error)
@@ -288,11 +320,12 @@ class Engine:
         pending = [
             _Pending(
                 f"{t.rule_id}|{t.run_id}",
-                {**t.event_fields(), "stream_inode": self.streams[t.run_id].position.inode},
+                {**t.event_fields(), **self._stream_identity(t.run_id)},
                 t.line,
             )
             for t in triggers
         ]
+        pending += self._built_in_alerts(now, recorded, alive, dead, run_pids)
         pending += [
             _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts
@@ -301,7 +334,12 @@ class Engine:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
             pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": True}))
         standing = {p.key for p in pending if p.fields.get("once")}
+        rearmed = len(self._rearmed)
         self._rearmed |= self._standing - standing  # a condition that cleared may be said again
+        if not self._ticked:  # an unreadable stream fixed while no cockpit watched may be said again
+            self._ticked = True
+            self._rearmed |= {i[0] for i in self._logged_lines if i[0].startswith(STREAM_UNREADABLE + "|")} - standing
+        self._unsaved = self._unsaved or len(self._rearmed) != rearmed
         self._standing = standing
 
         # Alerts the disk refused earlier come first: kept and retried until they are on disk.
@@ -343,6 +381,138 @@ class Engine:
         if message not in self.notices:
             self.notices.append(message)
         return message
+
+    def _stream_identity(self, run_id: str) -> dict[str, Any]:
+        stream = self.streams[run_id]
+        return {"stream_inode": stream.position.inode, "stream_generation": stream.generation}
+
+    def _built_in_alerts(
+        self, now: datetime, recorded: RecordedState, alive: dict[str, bool | None], dead: dict[str, Any],
+        run_pids: dict[str, int],
+    ) -> list[_Pending]:
+        """The alerts no campaign declares: a run's process gone without `finished`, a stopped run
+        still writing, a stream that cannot be read, the pilot decision due."""
+        pending: list[_Pending] = []
+        now_s = now.timestamp()
+
+        def alert(rule: str, run_id: str | None, message: str, severity: str, line: int | None = None, **fields: Any) -> None:
+            key = f"{rule}|{run_id or ''}"
+            body = {"rule": rule, "run": run_id, "message": message, "severity": severity, **fields}
+            if line is None:
+                body["once"] = True  # a standing condition: said once while it holds
+            else:
+                body["line"] = line  # the stream's line it is about: logged once per line of each writing
+            pending.append(_Pending(key, body, line))
+
+        for run_id, stream in self.streams.items():
+            track = stream.track
+            stop = recorded.stop_of(run_id)
+            if stream.error:
+                alert(STREAM_UNREADABLE, run_id,
+                      f"{run_id}: its metrics cannot be read: {stream.error}; no rule sees its lines until the path "
+                      "holds a readable file (check [[run]] metrics in campaign.toml, the file's type and permissions)",
+                      "critical")
+            check = dead.get(run_id)
+            if check is not None and stop is None and track.finished is None and track.started:
+                pid = track.started["pid"]
+                gone = {"reused": "its pid now belongs to another process",
+                        "not-the-run": "its pid belongs to a process older than the run"}.get(check.outcome, "it has ended")
+                silence = _ago(now_s - track.last_line_ts) if track.last_line_ts is not None else "no line yet"
+                step = "none" if track.last_step is None else str(track.last_step)
+                alert(RUN_DIED, run_id,
+                      f"{run_id}: its process (pid {pid}) died without a `finished` event ({gone}); "
+                      f"last step {step}, last line {silence}",
+                      "critical", track.started.get("line"), pid=pid, step=track.last_step, **self._stream_identity(run_id))
+            if stop is not None and track.finished is None and alive.get(run_id) is not False:
+                stopped_at = _parse(stop.get("ts"))
+                if stopped_at is not None and track.last_ts is not None and track.last_ts > stopped_at.timestamp() + STOPPED_GRACE_SECONDS:
+                    alert(STOPPED_STILL_RUNNING, run_id, self._still_running_text(run_id, stop, stopped_at, now_s, alive, run_pids),
+                          "critical", pid=run_pids.get(run_id), step=track.last_step)
+
+        self.pilot_due_at = None
+        pilot = self.plan.model.pilot
+        stream = self.streams.get(pilot.run) if pilot is not None else None
+        if pilot is not None and stream is not None and recorded.pilot_decision is None:
+            start = _run_start(stream.track) or stream.track.first_ts
+            due = seconds_to_datetime(start + pilot.decide_after_hours * 3600.0) if start is not None else None
+            if due is not None and now >= due:
+                self.pilot_due_at = due
+                alert(PILOT_DUE, pilot.run,
+                      f"pilot decision due: {pilot.run} started {_utc_text(seconds_to_datetime(start))} and the "
+                      f"{pilot.decide_after_hours:g} h set for the decision passed at {_utc_text(due)}; record it: "
+                      "continue, drop-optional or revise (key d, or `cockpit decide DIR ...`)",
+                      "warning", due=iso(due))
+        return pending
+
+    def _still_running_text(self, run_id, stop, stopped_at, now_s, alive, run_pids) -> str:
+        track = self.streams[run_id].track
+        signal = stop.get("signal") or {}
+        sent = "SIGTERM was sent" if signal.get("sent") else "no signal was sent"
+        step = f", step {track.last_step}" if track.last_step is not None else ""
+        pid = run_pids.get(run_id)
+        if pid is not None and alive.get(run_id):
+            how = f"send it the signal: kill -TERM {pid} (its own process, checked)"
+        elif pid is not None:
+            how = f"its pid {pid} is in another pid namespace or on another host: send SIGTERM where it runs (e.g. docker kill --signal TERM …)"
+        else:
+            how = "it reported no pid: send SIGTERM where it runs"
+        return (
+            f"{run_id}: recorded as stopped at {_utc_text(stopped_at)} ({sent}) but its process goes on writing metrics "
+            f"(last line {_ago(now_s - track.last_ts)}{step}): the lot is still paying for it; {how}"
+        )
+
+    def _settle_pilot(self, recorded: RecordedState) -> RecordedState:
+        """A recorded pilot decision answers `pilot-due`: its open alert is acknowledged for it."""
+        if recorded.pilot_decision is None or not any(a.event.get("rule") == PILOT_DUE for a in recorded.active_alerts):
+            return recorded
+        from cockpit import decisions  # rare: once per decision
+
+        for record in [a for a in recorded.active_alerts if a.event.get("rule") == PILOT_DUE]:
+            try:
+                decisions.acknowledge(self.campaign, self.log, PILOT_DUE, record.event.get("run"), source=SOURCE_AUTO, key=record.key)
+            except (decisions.Finding, RunLogError):
+                pass  # another cockpit did it first, or the disk is full: the next tick tries again
+        return self._follow_log()
+
+    def _undeclared_notice(self) -> str | None:
+        """One notice for metrics folders under runs/ that no declared id owns (a typo in a run id
+        reads as a run that never reports); listed now and then, never every tick."""
+        moment = self._monotonic()
+        if self._undeclared_at is not None and moment - self._undeclared_at < UNDECLARED_SCAN_SECONDS:
+            return self._undeclared
+        self._undeclared_at = moment
+        folder = self.directory / "runs"
+        declared = {item.id for item in self.campaign.items}
+        used = set()
+        for run in self.campaign.runs:
+            for path in (run.metrics_path(self.directory), run.checkpoints_path(self.directory)):
+                try:
+                    used.add(path.relative_to(folder).parts[0])
+                except (ValueError, IndexError):
+                    pass
+        names = []
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if entry.name.startswith(".") or entry.name in declared or entry.name in used:
+                        continue
+                    try:
+                        if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, "metrics.jsonl")):
+                            names.append(entry.name)
+                    except OSError:
+                        continue
+        except OSError:
+            names = []
+        if not names:
+            self._undeclared = None
+        else:
+            names.sort()
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            self._undeclared = (
+                f"runs/ holds metrics of {len(names)} id{'s' if len(names) != 1 else ''} the campaign does not declare "
+                f"({shown}): they are ignored; declare each as a [[run]] in campaign.toml, or move it out of runs/"
+            )
+        return self._undeclared
 
     def _log_run_starts(self, recorded: RecordedState) -> None:
         """`run_started` once for each `started` event a run reported (a restart is a new start)."""
@@ -393,13 +563,13 @@ class Engine:
             if not track.lines and not track.started:
                 continue
             stop = recorded.stop_of(run.id)
-            state = _state(track, stop, alive[run.id])
+            state = _state(track, stop, alive[run.id], bool(self.streams[run.id].error))
             ended_at = None
             if stop:
                 ended_at = _parse(stop.get("ts"))
             elif track.finished:
                 ended_at = seconds_to_datetime(track.finished.get("ts"))
-            clock_state = {"planned": "pending", "ended": "failed", "quiet": "running"}.get(state, state)
+            clock_state = {"planned": "pending", "ended": "failed", "quiet": "running", "unreadable": "running"}.get(state, state)
             progress[run.id] = ItemProgress(
                 state=clock_state,
                 started_at=seconds_to_datetime(_run_start(track) or track.first_ts),
@@ -446,6 +616,9 @@ class Engine:
     def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded=()) -> Snapshot:
         campaign, lot = self.campaign, self.plan.lot  # the lot as frozen at the start, like the clock
         notices = list(self.notices)
+        undeclared = self._undeclared_notice()
+        if undeclared:
+            notices.append(undeclared)
         process_map = self.host.map_gpu_processes(gpu_snapshot.samples, run_pids, [r.id for r in campaign.runs])
         for message in process_map.messages:
             if message not in self.notices:
@@ -460,7 +633,7 @@ class Engine:
             stop = recorded.stop_of(run.id)
             values = track.metric_values
             rate = track.steps_per_hour
-            state = _state(track, stop, alive.get(run.id))
+            state = _state(track, stop, alive.get(run.id), bool(self.streams[run.id].error))
             eta = None
             if state == "running" and run.total_steps and track.last_step is not None and rate and rate > 0:
                 base = seconds_to_datetime(track.last_ts) or now
@@ -573,11 +746,31 @@ class Engine:
             runs=tuple(runs),
             alerts=alerts,
             notices=tuple(dict.fromkeys(notices)),
+            pilot_due_at=self.pilot_due_at,
         )
 
 
-def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any]]:
-    return {(alert_key(e), e.get("stream_inode"), e.get("line")) for e in events if e["type"] == "alert"}
+def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any, Any]]:
+    return {_line_identity(alert_key(e), e, e.get("line")) for e in events if e["type"] == "alert"}
+
+
+def _line_identity(key: str, fields: dict[str, Any], line: Any) -> tuple[str, Any, Any, Any]:
+    """What makes an alert the same alert of the same line: its key, the stream's inode and
+    generation (a rewritten file is a new writing even where the inode number comes back), the line."""
+    return (key, fields.get("stream_inode"), fields.get("stream_generation"), line)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def _utc_text(moment: datetime | None) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if moment else "an unknown time"
 
 
 def _ts_text(seconds: Any) -> str | None:
@@ -589,9 +782,11 @@ def _parse(text: Any) -> datetime | None:
     return parse_ts(text) if isinstance(text, str) else None
 
 
-def _state(track: RunTrack, stop: dict[str, Any] | None, alive: bool | None) -> str:
+def _state(track: RunTrack, stop: dict[str, Any] | None, alive: bool | None, unreadable: bool = False) -> str:
     if stop is not None:
         return "stopped"
+    if unreadable:
+        return "unreadable"  # its metrics path holds no readable file: nothing it says is seen
     if track.finished is not None:
         return "finished" if str(track.finished.get("status", "ok")).lower() in ("ok", "success", "finished", "done") else "failed"
     if not track.lines and not track.started:

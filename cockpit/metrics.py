@@ -14,6 +14,7 @@ import re
 import stat
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -372,6 +373,9 @@ class RunTrack:
                 "line": line,
             }
             self.started_ts_read = ts_read
+            if "host" in record or "pid_ns" in record:  # where the pid means something (newer writers)
+                self.started["host"] = _name(record.get("host"))
+                self.started["pid_ns"] = _name(record.get("pid_ns"))
             self.starts += 1
             self.finished = None  # started again: whatever finished before is running now
             if self.first_started_ts is None:
@@ -505,7 +509,7 @@ _SCALAR_FIELDS: dict[str, tuple[type, ...]] = {
     "last_reset": _OPT_STR, "bad_fields": (int,), "started_ts_read": (bool,),
 }
 _RECORD_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
-    "started": {"pid": _OPT_INT, "config_sha256": _OPT_STR, "ts": _OPT_NUM, "line": _OPT_INT},
+    "started": {"pid": _OPT_INT, "config_sha256": _OPT_STR, "ts": _OPT_NUM, "line": _OPT_INT, "host": _OPT_STR, "pid_ns": _OPT_STR},
     "checkpoint": {"ts": _OPT_NUM, "path": _OPT_STR, "seconds": _OPT_NUM, "bytes": _OPT_INT, "line": _OPT_INT},
     "resume_verified": {"ts": _OPT_NUM, "path": _OPT_STR, "seconds": _OPT_NUM, "line": _OPT_INT},
     "finished": {"status": (str,), "ts": _OPT_NUM, "line": _OPT_INT},
@@ -524,11 +528,15 @@ def _check_type(value: Any, kinds: tuple[type, ...], name: str) -> None:
         raise TypeError(name)
 
 
+_OPTIONAL_KEYS = frozenset({"host", "pid_ns"})  # a start's, written only by newer writers
+
+
 def _checked_record(value: Any, shape: dict[str, tuple[type, ...]], name: str) -> dict[str, Any]:
-    if not isinstance(value, dict) or set(value) != set(shape):
+    if not isinstance(value, dict) or not set(shape) - _OPTIONAL_KEYS <= set(value) <= set(shape):
         raise TypeError(name)
     for key, kinds in shape.items():
-        _check_type(value[key], kinds, f"{name}.{key}")
+        if key in value:
+            _check_type(value[key], kinds, f"{name}.{key}")
     return dict(value)
 
 
@@ -562,6 +570,11 @@ def _text(value: Any) -> str | None:
     if type(value) is str:
         return safe_text(value[:1000])[0]
     return None
+
+
+def _name(value: Any) -> str | None:
+    """A short identifying text (a host name, a namespace): anything else reads as unknown."""
+    return value if type(value) is str and 0 < len(value) <= 255 else None
 
 
 def _number(value: Any) -> float | None:
@@ -671,6 +684,7 @@ class MetricsStream:
         self.max_line_bytes = max_line_bytes
         self.chunk_bytes = max(1, chunk_bytes)
         self.missing = False
+        self.error: str | None = None  # why the last poll could not read the file, in words
         self._ts_text: str | None = None  # the last ISO ts parsed, and its value: lines repeat them
         self._ts_value: float | None = None
 
@@ -687,27 +701,54 @@ class MetricsStream:
         Never raises for what is in the file or for the file vanishing; an unreadable path comes
         back as `error`.
         """
+        result = self._poll(observer, max_bytes, now)
+        self.error = result.error
+        return result
+
+    def _poll(self, observer: Observer | None, max_bytes: int | None, now: float | None) -> PollResult:
+        # Looked at before it is opened: a FIFO or a device is never opened for reading (an open
+        # can block, rewind a tape, or read forever from /dev/zero); O_NONBLOCK guards the race.
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            kind = _not_a_file(os.stat(self.path).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             self.missing = True
             return PollResult(missing=True)
         except OSError as error:
-            return PollResult(error=f"cannot read {self.path}: {error.strerror}")
+            return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
+        if kind:
+            self.missing = False
+            return PollResult(error=f"{self.path} is {kind}, not a metrics file")
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        except (FileNotFoundError, NotADirectoryError):
+            self.missing = True
+            return PollResult(missing=True)
+        except OSError as error:
+            return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
         self.missing = False
         try:
             return self._read(fd, observer, max_bytes, time.time() if now is None else now)
         except OSError as error:
-            return PollResult(error=f"cannot read {self.path}: {error.strerror}")
+            return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
         finally:
             os.close(fd)
 
+    @property
+    def generation(self) -> str | None:
+        """Which writing of the file this is: its inode and a digest of its first line. A rerun
+        that rewrites the file (in place, or a new file that got the old inode number back) is a
+        new generation, so its alerts are new even at the same line numbers."""
+        position = self.position
+        if position.inode is None:
+            return None
+        head = position.head.split(b"\n", 1)[0]
+        return f"{position.inode}-{zlib.crc32(head):08x}"
+
     def _read(self, fd: int, observer: Observer | None, max_bytes: int | None, polled_at: float) -> PollResult:
         info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            return PollResult(error=f"{self.path} is a folder, not a metrics file")
-        if not stat.S_ISREG(info.st_mode):
-            return PollResult(error=f"{self.path} is not a regular file")
+        kind = _not_a_file(info.st_mode)
+        if kind:  # swapped between the look and the open
+            return PollResult(error=f"{self.path} is {kind}, not a metrics file")
         position = self.position
         reason = None
         if position.inode is not None and (info.st_ino != position.inode or info.st_dev != position.device):
@@ -933,6 +974,21 @@ class MetricsStream:
             return None
         track.lines = position.lines
         return cls(run_id, path, position=position, track=track)
+
+
+def _not_a_file(mode: int) -> str | None:
+    """What a path is when it is not a regular file, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
 
 
 def _parse_slowly(raw: bytes) -> tuple[Any, str | None]:

@@ -206,6 +206,7 @@ class HostProcesses:
         uid: int | None = None,
         clock: Any = utc_now,
         use_pidfd: bool | None = None,
+        identity: Mapping[str, str | None] | None = None,
     ):
         if psutil_module is None:
             import psutil as psutil_module
@@ -219,11 +220,31 @@ class HostProcesses:
         self._cpu_primed = False
         self._known: dict[int, _Known] = {}
         self._container = False
+        self._identity = dict(identity) if identity is not None else None
 
     @property
     def container(self) -> bool:
         """True once NVML's pids were found absent from this process table."""
         return self._container
+
+    @property
+    def identity(self) -> dict[str, str | None]:
+        """This cockpit's host name and pid namespace: where the pids it looks up mean something."""
+        if self._identity is None:
+            from cockpit.reporter import process_identity  # stdlib only: the reporter's own
+
+            self._identity = process_identity()
+        return self._identity
+
+    def sees(self, started: Mapping[str, Any]) -> bool | None:
+        """Whether the pid of a `started` event can be judged here: True when its host and pid
+        namespace are this cockpit's, False when they name another host or namespace (a training
+        container, another box), None when the event names neither (a writer older than these
+        fields: its pid is judged as before, on this host)."""
+        if "host" not in started and "pid_ns" not in started:
+            return None
+        own = self.identity
+        return started.get("host") == own.get("host") and started.get("pid_ns") == own.get("pid_ns")
 
     # -- host
 

@@ -25,6 +25,7 @@ import hashlib
 import json
 import numbers
 import os
+import socket
 import sys
 import threading
 import time
@@ -34,12 +35,26 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunReporter", "ReporterWarning", "config_sha256", "RUN_ID_ENV"]
+__all__ = ["RunReporter", "ReporterWarning", "config_sha256", "process_identity", "RUN_ID_ENV"]
 
 RUN_ID_ENV = "COCKPIT_RUN_ID"
 RESERVED = frozenset({"ts", "step", "event"})
 BACKLOG_LINES = 10_000  # lines kept while the disk refuses them: a few MB at most
 FILE_MODE = 0o644
+
+
+def process_identity() -> dict[str, str | None]:
+    """Where a pid means something: the host name and the pid namespace (`/proc/self/ns/pid`,
+    e.g. "pid:[4026531836]"). Either is None where it cannot be read (no /proc: not Linux)."""
+    try:
+        host: str | None = socket.gethostname() or None
+    except OSError:
+        host = None
+    try:
+        namespace: str | None = os.readlink("/proc/self/ns/pid")
+    except (OSError, AttributeError):
+        namespace = None
+    return {"host": host, "pid_ns": namespace}
 
 
 class ReporterWarning(RuntimeWarning):
@@ -102,7 +117,7 @@ def metric_value(value: Any) -> Any:
 class RunReporter:
     """Writes one run's metrics stream. Use it as a context manager around the training loop.
 
-    On enter it writes `started` (pid, config_sha256) and sets COCKPIT_RUN_ID for child processes;
+    On enter it writes `started` (pid, host, pid_ns, config_sha256) and sets COCKPIT_RUN_ID for child processes;
     on exit `finished` with status "ok", or "failed" with the exception's type name when the block
     raised (the exception still propagates). Every line is appended with one write and reaches
     the file before the call returns; checkpoints and the end are fsynced as well.
@@ -167,7 +182,8 @@ class RunReporter:
         except Exception as error:  # a config that cannot be walked (a cycle): say so, go on
             self._warn(f"cannot hash the run's config ({type(error).__name__}: {error}); config_sha256 is null")
             digest = None
-        self._event("started", {"pid": os.getpid(), "config_sha256": digest})
+        # host and pid_ns say where the pid means something: the cockpit judges it only from there
+        self._event("started", {"pid": os.getpid(), **process_identity(), "config_sha256": digest})
 
     def log(self, step: Any, metrics: Mapping[str, Any] | None = None, /, **more: Any) -> None:
         """One metric line: `report.log(1200, loss=2.31)` or `report.log(1200, {"eval/macro_f1": 0.61})`."""

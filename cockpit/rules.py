@@ -198,8 +198,10 @@ class RuleEvaluator:
 
     # ------------------------------------------------------------ ticks
 
-    def tick(self, run_id: str, track: RunTrack, now: datetime | float, alive: bool) -> list[Trigger]:
-        """The time rules for one run at `now`, given whether its process is alive."""
+    def tick(self, run_id: str, track: RunTrack, now: datetime | float, alive: bool | None) -> list[Trigger]:
+        """The time rules for one run at `now`, given whether its process is alive (None: it
+        cannot be seen from here — another host or pid namespace, no pid reported — so `stalled`
+        goes on silence alone)."""
         rules = self._for(run_id)
         if not rules.no_resume and not rules.stalled:
             return []
@@ -223,12 +225,14 @@ class RuleEvaluator:
             when = started.strftime("%Y-%m-%d %H:%M UTC") if started else "its start"
             text = f"no verified resume within {_hours(rule.within_hours or 0)} of the run's start ({when})"
             self._fire(sink, rule, run_id, text, None, track.last_step, None, None, moment)
-        if alive and track.last_line_ts is not None:
+        if alive is not False and track.last_line_ts is not None:
             quiet_minutes = (now_s - track.last_line_ts) / 60.0
             for rule in rules.stalled:
                 if self.state.has_fired(rule.id, run_id) or quiet_minutes < (rule.minutes or 0):
                     continue
-                text = f"no metric line for {quiet_minutes:.0f} min while its process is alive"
+                text = f"no metric line for {quiet_minutes:.0f} min " + (
+                    "while its process is alive" if alive else "(its process cannot be seen from here: silence alone decides)"
+                )
                 self._fire(sink, rule, run_id, text, round(quiet_minutes, 1), track.last_step, None, None, moment)
         return sink
 

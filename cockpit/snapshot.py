@@ -105,7 +105,7 @@ class RunView:
     id: str
     role: str
     tier: str
-    state: str  # planned | running | finished | failed | stopped | ended (process gone without `finished`)
+    state: str  # planned | running | finished | failed | stopped | ended (process gone without `finished`) | unreadable (its metrics path holds no readable file)
     step: int | None
     total_steps: int | None
     loss: float | None
@@ -150,6 +150,7 @@ class Snapshot:
     runs: tuple[RunView, ...]
     alerts: tuple[AlertView, ...]  # active (unacknowledged) alerts, newest first
     notices: tuple[str, ...] = field(default_factory=tuple)  # plan drift, container pids, bad lines …
+    pilot_due_at: datetime | None = None  # when the pilot decision fell due, while none is recorded
 
     def run(self, run_id: str) -> RunView | None:
         return next((r for r in self.runs if r.id == run_id), None)
@@ -260,4 +261,5 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
             for a in snapshot.alerts
         ],
         "notices": list(snapshot.notices),
+        "pilot_due_at": _time(snapshot.pilot_due_at),
     }

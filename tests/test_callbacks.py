@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -114,6 +115,17 @@ def test_hf_reports_the_raw_nan_loss_that_the_trainer_filter_hides(tmp_path):
     logged = [line for line in steps(tmp_path) if "learning_rate" in line]
     assert [line["step"] for line in logged] == [2, 4, 6] and all("loss" not in line for line in logged)
     assert lines(tmp_path)[-1]["event"] == "finished" and lines(tmp_path)[-1]["status"] == "ok"
+
+
+def test_hf_started_names_the_host_and_pid_namespace_of_its_pid(tmp_path):
+    from cockpit.reporter import process_identity
+
+    trainer = FakeHFTrainer([1.0, 0.9], tmp_path / "out")
+    attached(trainer, tmp_path)
+    trainer.train()
+    (started,) = [line for line in lines(tmp_path) if line.get("event") == "started"]
+    assert started["pid"] == os.getpid() and started["host"] == process_identity()["host"]
+    assert started["pid_ns"] == process_identity()["pid_ns"]
 
 
 def test_hf_sums_micro_batches_into_one_line_per_optimizer_step(tmp_path):

@@ -17,7 +17,7 @@ from cockpit import decisions
 from cockpit.campaign import load_campaign
 from cockpit.engine import Engine
 from cockpit.gpu import FakeGpus, GpuSnapshot
-from cockpit.runlog import RunLog, RunLogError
+from cockpit.runlog import RunLog, RunLogError, iso
 from cockpit.snapshot import to_json
 from tests.conftest import run_cli
 
@@ -363,3 +363,297 @@ def test_looking_before_the_lot_starts_freezes_nothing(seed_campaign):
     engine.tick()
     assert (seed_campaign / ".cockpit" / "plan.toml").exists()
     assert [e["type"] for e in RunLog(seed_campaign).read().events] == ["campaign_started"]
+
+
+# ---------------------------------------------------------------- built-in alerts (issue 13)
+
+from cockpit.procs import HostProcesses  # noqa: E402
+from cockpit.reporter import process_identity  # noqa: E402
+from tests.test_procs import FakePsutil  # noqa: E402
+
+HERE = {"host": "gpu-box", "pid_ns": "pid:[4026531836]"}  # the cockpit's own host and pid namespace
+
+
+def fake_host(processes):
+    """Fake host processes (pid → spec), seen from HERE."""
+    fake = FakePsutil(processes)
+    return fake, HostProcesses(fake, uid=1000, clock=lambda: LOT_START, use_pidfd=False, identity=HERE)
+
+
+def started_line(t0, pid, *, where=HERE, sha="a"):
+    return {"ts": t0, "event": "started", "pid": pid, **(where or {}), "config_sha256": sha * 64}
+
+
+def keys_of(snapshot):
+    """The alerts about runs (the lot's window, measured against the sample plan, aside)."""
+    return [(a.rule, a.run) for a in snapshot.alerts if a.rule != "lot-window"]
+
+
+def test_a_run_whose_process_dies_without_finished_raises_run_died_once(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=30)).timestamp()
+    fake, host = fake_host({4242: {"created": t0 - 5}})
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242)] + [{"ts": t0 + 60 * i, "step": 10 * i, "loss": 2.0} for i in range(1, 19)])
+    clock = Clock(now)
+    engine = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus(), host=host)
+    snapshot = engine.tick()
+    assert keys_of(snapshot) == [] and snapshot.run("ctrl-r1").state == "running"
+
+    del fake.processes[4242]  # kill -9, the OOM killer, a segfault: no `finished` line
+    snapshot = engine.tick()
+    assert keys_of(snapshot) == [("run-died", "ctrl-r1")]
+    (alert,) = snapshot.alerts
+    assert "pid 4242" in alert.message and "last step 180" in alert.message and "12 min ago" in alert.message
+    assert alert.severity == "critical" and snapshot.run("ctrl-r1").state == "ended"
+    assert to_json(snapshot)["alerts"][0]["rule"] == "run-died"
+    for _ in range(3):
+        engine.tick()
+    assert [e["rule"] for e in alert_events(seed_campaign)] == ["run-died"]
+
+    decisions.acknowledge(load_campaign(seed_campaign), engine.log, "run-died", "ctrl-r1", source="key")
+    assert keys_of(engine.tick()) == []  # the same death is not said again
+    engine.close()
+    restarted = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus(), host=host)
+    assert keys_of(restarted.tick()) == []
+
+    # relaunched under the same id, then killed again: a new death, a new alert
+    fake.processes[4343] = {"created": t0 + 1200}
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0 + 1201, 4343), {"ts": t0 + 1260, "step": 190, "loss": 2.0}])
+    assert keys_of(restarted.tick()) == []
+    del fake.processes[4343]
+    assert keys_of(restarted.tick()) == [("run-died", "ctrl-r1")]
+    assert [e["pid"] for e in alert_events(seed_campaign)] == [4242, 4343]
+
+
+def test_a_reused_pid_is_not_the_run_so_the_run_died(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=10)).timestamp()
+    _, host = fake_host({4242: {"created": t0 + 300}})  # a process born after the run's start holds its pid
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242), {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    snapshot = Engine(load_campaign(seed_campaign), clock=Clock(now), gpus=NoGpus(), host=host).tick()
+    assert keys_of(snapshot) == [("run-died", "ctrl-r1")] and "another process" in snapshot.alerts[0].message
+
+
+def test_a_finished_or_stopped_run_never_raises_run_died(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=10)).timestamp()
+    _, host = fake_host({})
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242), {"ts": t0 + 60, "event": "finished", "status": "ok"}])
+    write_stream(seed_campaign, "v-r16", [started_line(t0, 4243), {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    engine = Engine(load_campaign(seed_campaign), clock=Clock(now), gpus=NoGpus(), host=host)
+    decisions.record_stop(load_campaign(seed_campaign), engine.log, "v-r16", reason="plateau", source="cli")
+    snapshot = engine.tick()
+    assert keys_of(snapshot) == [] and snapshot.run("ctrl-r1").state == "finished" and snapshot.run("v-r16").state == "stopped"
+
+
+def test_a_pid_from_another_namespace_or_host_is_never_judged_and_stalled_goes_on_silence(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=30)).timestamp()
+    _, host = fake_host({})  # none of these pids exists here: they are the container's or another box's
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 17, where={"host": "gpu-box", "pid_ns": "pid:[4026532999]"}),
+                                            {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    write_stream(seed_campaign, "v-r16", [started_line(t0, 18, where={"host": "trainer-7f3c", "pid_ns": HERE["pid_ns"]}),
+                                          {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    write_stream(seed_campaign, "v-r64", [{"ts": t0 + 60, "step": 5, "loss": 2.0}])  # no pid reported at all
+    snapshot = Engine(load_campaign(seed_campaign), clock=Clock(now), gpus=NoGpus(), host=host).tick()
+    assert sorted(keys_of(snapshot)) == [("stalled", "ctrl-r1"), ("stalled", "v-r16"), ("stalled", "v-r64")]
+    assert all("cannot be seen" in a.message for a in snapshot.alerts if a.rule == "stalled")
+    assert all(r.state == "running" and r.alive is None for r in snapshot.runs)
+
+
+def test_a_start_without_host_and_pid_ns_is_judged_as_before_without_run_died(seed_campaign):
+    """Streams older than these fields: the pid is looked up on this host as before (its state
+    says "ended"), but `run-died` is raised only for a pid whose namespace is known to be ours."""
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=5)).timestamp()
+    _, host = fake_host({})
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242, where=None), {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    snapshot = Engine(load_campaign(seed_campaign), clock=Clock(now), gpus=NoGpus(), host=host).tick()
+    assert keys_of(snapshot) == [] and snapshot.run("ctrl-r1").state == "ended"
+
+
+def test_a_real_child_killed_with_sigkill_raises_run_died(seed_campaign):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        t0 = time.time()
+        write_stream(seed_campaign, "ctrl-r1", [started_line(t0, child.pid, where=process_identity()), {"ts": t0, "step": 3, "loss": 2.0}])
+        engine = Engine(load_campaign(seed_campaign), gpus=NoGpus())
+        assert engine.tick().run("ctrl-r1").state == "running"
+        child.kill()
+        child.wait()
+        snapshot = engine.tick()
+        assert keys_of(snapshot) == [("run-died", "ctrl-r1")] and f"pid {child.pid}" in snapshot.alerts[0].message
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_stopped_run_that_goes_on_writing_raises_stopped_still_running_once(seed_campaign):
+    stopped_at = LOT_START + timedelta(hours=1)
+    t0 = (stopped_at - timedelta(minutes=30)).timestamp()
+    _, host = fake_host({4242: {"created": t0 - 5}})
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242), {"ts": t0 + 1740, "step": 5, "loss": 2.0}])
+    clock = Clock(stopped_at)
+    engine = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus(), host=host)
+    engine.tick()
+    decisions.record_stop(load_campaign(seed_campaign), engine.log, "ctrl-r1", reason="plateau", source="cli")  # no --signal
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": stopped_at.timestamp() + 30, "step": 6, "loss": 2.0}])  # a line in flight
+    clock.moment = stopped_at + timedelta(minutes=1)
+    assert keys_of(engine.tick()) == []
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": stopped_at.timestamp() + 600, "step": 60, "loss": 1.9}])
+    clock.moment = stopped_at + timedelta(minutes=11)
+    snapshot = engine.tick()
+    assert keys_of(snapshot) == [("stopped-still-running", "ctrl-r1")]
+    message = snapshot.alerts[0].message
+    assert "still paying" in message and "kill -TERM 4242" in message and "no signal was sent" in message
+    for minute in range(12, 20):
+        write_stream(seed_campaign, "ctrl-r1", [{"ts": stopped_at.timestamp() + 60 * minute, "step": minute * 10, "loss": 1.9}])
+        clock.moment = stopped_at + timedelta(minutes=minute)
+        engine.tick()
+    decisions.acknowledge(load_campaign(seed_campaign), engine.log, "stopped-still-running", "ctrl-r1", source="key")
+    assert keys_of(engine.tick()) == []
+    assert [e["rule"] for e in alert_events(seed_campaign) if e["rule"] != "lot-window"] == ["stopped-still-running"]
+
+
+def test_an_unreadable_metrics_path_raises_stream_unreadable_and_never_blocks_a_tick(seed_campaign):
+    import threading
+
+    fifo = seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    (seed_campaign / "runs" / "v-r16" / "metrics.jsonl").mkdir(parents=True)
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    snapshots = []
+    worker = threading.Thread(target=lambda: snapshots.extend([engine.tick(), engine.tick()]), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert len(snapshots) == 2, "a FIFO at the metrics path must never block a tick"
+    snapshot = snapshots[-1]
+    assert sorted(keys_of(snapshot)) == [("stream-unreadable", "ctrl-r1"), ("stream-unreadable", "v-r16")]
+    assert {r.id: r.state for r in snapshot.runs} == {"ctrl-r1": "unreadable", "v-r16": "unreadable", "v-r64": "planned"}
+    assert "FIFO" in next(a.message for a in snapshot.alerts if a.run == "ctrl-r1")
+    assert "a folder" in next(a.message for a in snapshot.alerts if a.run == "v-r16")
+    assert len(alert_events(seed_campaign)) == 2
+    result = run_cli("status", str(seed_campaign), "--json", timeout=30)
+    assert result.returncode == 1
+    body = json.loads(result.stdout)
+    assert {r["id"]: r["state"] for r in body["runs"]}["ctrl-r1"] == "unreadable"
+    assert sorted(a["rule"] for a in body["alerts"]) == ["stream-unreadable", "stream-unreadable"]
+
+
+def test_folders_under_runs_for_undeclared_ids_are_said_once_as_a_notice(seed_campaign):
+    write_stream(seed_campaign, "v_r16", [{"ts": LOT_START.timestamp(), "step": 1, "loss": 2.0}])  # a typo of v-r16
+    write_stream(seed_campaign, "old-r0", [{"ts": LOT_START.timestamp(), "step": 1, "loss": 2.0}])
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": LOT_START.timestamp(), "step": 1, "loss": 2.0}])
+    (seed_campaign / "runs" / "scratch").mkdir()  # no metrics in it: not a run's folder
+    engine = make_engine(seed_campaign, LOT_START + timedelta(minutes=10))
+    for _ in range(3):
+        snapshot = engine.tick()
+    said = [n for n in snapshot.notices if "does not declare" in n]
+    assert len(said) == 1 and "old-r0, v_r16" in said[0] and "ctrl-r1" not in said[0] and "scratch" not in said[0]
+    assert not any("declare" in a.message for a in snapshot.alerts) and alert_events(seed_campaign) == []
+    result = run_cli("status", str(seed_campaign))
+    assert result.stdout.count("does not declare") == 1 and "note: runs/ holds metrics of 2 ids" in result.stdout
+
+
+def test_a_rewritten_stream_keeps_its_new_alert_at_the_same_line_after_an_ack(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=10)).timestamp()
+    path = write_stream(seed_campaign, "ctrl-r1", [{"ts": t0, "event": "started", "pid": 4_000_000, "config_sha256": "a" * 64},
+                                                   '{"ts": %f, "step": 2, "loss": NaN}' % (t0 + 2)])
+    inode = path.stat().st_ino
+    engine = make_engine(seed_campaign, now, signal_runs=False)
+    engine.tick()
+    decisions.acknowledge(load_campaign(seed_campaign), engine.log, "nan-loss", "ctrl-r1", source="cli")
+    engine.tick()
+    # the rerun rewrites its file: the same inode number, a NaN on line 2 again
+    with open(path, "w") as handle:
+        handle.write(json.dumps({"ts": t0 + 100, "event": "started", "pid": 4_000_000, "config_sha256": "a" * 64}) + "\n")
+        handle.write('{"ts": %f, "step": 2, "loss": NaN}\n' % (t0 + 102))
+    assert path.stat().st_ino == inode
+    snapshot = engine.tick()
+    assert ("nan-loss", "ctrl-r1") in keys_of(snapshot)
+    logged = [e for e in alert_events(seed_campaign) if e["rule"] == "nan-loss"]
+    assert [e["line"] for e in logged] == [2, 2] and logged[0]["stream_generation"] != logged[1]["stream_generation"]
+
+
+def test_the_pilot_decision_falls_due_once_and_clears_when_decided(b200_campaign):
+    campaign = load_campaign(b200_campaign)
+    t0 = (campaign.lot.start + timedelta(hours=1)).timestamp()
+    _, host = fake_host({4242: {"created": t0 - 5}})
+    write_stream(b200_campaign, "full-ft", [started_line(t0, 4242, sha="d"), {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    clock = Clock(campaign.lot.start + timedelta(hours=4, minutes=59))
+    engine = Engine(campaign, clock=clock, gpus=NoGpus(), host=host)
+    snapshot = engine.tick()
+    assert "pilot-due" not in [a.rule for a in snapshot.alerts] and snapshot.pilot_due_at is None
+    clock.moment = campaign.lot.start + timedelta(hours=5)
+    for _ in range(3):
+        snapshot = engine.tick()
+        clock.moment += timedelta(minutes=1)
+    (alert,) = [a for a in snapshot.alerts if a.rule == "pilot-due"]
+    assert alert.run == "full-ft" and "4 h" in alert.message and "cockpit decide" in alert.message
+    assert snapshot.pilot_due_at == campaign.lot.start + timedelta(hours=5)
+    assert to_json(snapshot)["pilot_due_at"] == iso(campaign.lot.start + timedelta(hours=5))
+    assert [e["rule"] for e in alert_events(b200_campaign)].count("pilot-due") == 1
+    decisions.record_decision(campaign, engine.log, "continue", source="cli")
+    snapshot = engine.tick()
+    assert "pilot-due" not in [a.rule for a in snapshot.alerts] and snapshot.pilot_due_at is None
+    assert [e["rule"] for e in RunLog(b200_campaign).read().events if e["type"] == "ack"] == ["pilot-due"]
+    engine.tick()
+    assert [e["rule"] for e in alert_events(b200_campaign)].count("pilot-due") == 1
+
+
+def test_watch_prints_a_built_in_alert_once_and_is_not_held_by_a_fifo(seed_campaign):
+    fifo = seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl"
+    fifo.parent.mkdir(parents=True)
+    os.mkfifo(fifo)
+    env = {**os.environ, "COCKPIT_NVML": "off", "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "cockpit", "watch", str(seed_campaign), "--headless", "--interval", "0.2"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(e["rule"] == "stream-unreadable" for e in alert_events(seed_campaign)):
+        time.sleep(0.2)
+    time.sleep(1.0)  # a few more ticks: still said once
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=20)
+    assert process.returncode == 0, err
+    assert out.count("ALERT [stream-unreadable]") == 1 and "FIFO" in out
+
+
+def test_a_run_that_writes_finished_and_exits_between_read_and_check_did_not_die(seed_campaign):
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=10)).timestamp()
+    fake, host = fake_host({4242: {"created": t0 - 5}})
+    write_stream(seed_campaign, "ctrl-r1", [started_line(t0, 4242), {"ts": t0 + 60, "step": 5, "loss": 2.0}])
+    engine = Engine(load_campaign(seed_campaign), clock=Clock(now), gpus=NoGpus(), host=host)
+    engine.tick()
+    real_process = fake.Process
+
+    def finishes_then_exits(pid):
+        if pid == 4242 and pid in fake.processes:
+            write_stream(seed_campaign, "ctrl-r1", [{"ts": t0 + 120, "event": "finished", "status": "ok"}])
+            del fake.processes[pid]
+        return real_process(pid)
+
+    fake.Process = finishes_then_exits
+    snapshot = engine.tick()
+    assert keys_of(snapshot) == [] and snapshot.run("ctrl-r1").state == "finished"
+
+
+def test_an_acknowledged_unreadable_stream_fixed_while_no_cockpit_watched_is_said_again(seed_campaign):
+    folder = seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl"
+    folder.mkdir(parents=True)
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    assert keys_of(engine.tick()) == [("stream-unreadable", "ctrl-r1")]
+    decisions.acknowledge(load_campaign(seed_campaign), engine.log, "stream-unreadable", "ctrl-r1", source="key")
+    assert keys_of(engine.tick()) == []  # still a folder, acknowledged: not said again
+    engine.close()
+    folder.rmdir()
+    write_stream(seed_campaign, "ctrl-r1", [{"ts": LOT_START.timestamp() + 3500, "step": 1, "loss": 2.0}])
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    assert keys_of(engine.tick()) == []
+    engine.close()
+    (seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl").unlink()
+    (seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl").mkdir()
+    engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
+    assert keys_of(engine.tick()) == [("stream-unreadable", "ctrl-r1")]

@@ -348,6 +348,65 @@ def test_a_folder_or_unreadable_path_is_an_error_in_words(tmp_path: Path):
     assert result.error and "folder" in result.error
 
 
+@pytest.mark.parametrize("make", ["fifo", "device", "loop", "denied", "folder"])
+def test_an_unreadable_path_is_never_opened_nor_waited_on_and_says_why(tmp_path: Path, monkeypatch, make):
+    import threading
+
+    path = tmp_path / "metrics.jsonl"
+    if make == "fifo":
+        os.mkfifo(path)
+    elif make == "device":
+        path.symlink_to("/dev/zero")
+    elif make == "loop":
+        path.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(path)
+    elif make == "folder":
+        path.mkdir()
+    else:
+        path.write_text('{"step": 1, "loss": NaN}\n')
+    opened = []
+    real_open = os.open
+
+    def watched_open(target, flags, *args):
+        opened.append(str(target))
+        if make == "denied":
+            raise PermissionError(13, "Permission denied", str(target))
+        return real_open(target, flags, *args)
+
+    monkeypatch.setattr(metrics.os, "open", watched_open)
+    stream = MetricsStream("r", path)
+    results = []
+    reader = threading.Thread(target=lambda: results.append(stream.poll()), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert results, "a poll of an unreadable path must never block"
+    (result,) = results
+    expected = {"fifo": "a FIFO (named pipe)", "device": "a device", "loop": "symbolic links",
+                "denied": "Permission denied", "folder": "a folder"}[make]
+    assert result.error and expected in result.error and str(path) in result.error
+    assert stream.error == result.error and not result.missing and result.lines == 0
+    if make != "denied":
+        assert opened == []  # looked at, never opened
+    path.unlink() if make != "folder" else path.rmdir()
+    write(path, {"step": 1, "loss": 1.0})
+    monkeypatch.setattr(metrics.os, "open", real_open)
+    assert stream.poll().error is None and stream.error is None  # readable again: said so
+
+
+def test_a_rewritten_file_is_a_new_generation_even_with_the_same_inode(path: Path):
+    write(path, {"ts": 1.5, "event": "started", "pid": 7}, {"step": 1, "loss": 1.0})
+    stream = MetricsStream("r", path)
+    stream.poll()
+    first = stream.generation
+    write(path, {"step": 2, "loss": 1.0})
+    stream.poll()
+    assert stream.generation == first  # the same writing, grown
+    inode = path.stat().st_ino
+    write(path, {"ts": 9.5, "event": "started", "pid": 8}, {"step": 1, "loss": 1.0}, mode="w")
+    assert path.stat().st_ino == inode
+    assert stream.poll().reset and stream.generation != first and stream.generation.startswith(f"{inode}-")
+
+
 def test_max_bytes_reads_in_slices(path: Path):
     write(path, *({"step": i, "loss": 1.0} for i in range(1000)))
     stream = MetricsStream("r", path, chunk_bytes=4096)

@@ -412,3 +412,16 @@ def test_the_real_psutil_path_without_pidfd_also_works():
         if run.poll() is None:
             run.kill()
         run.wait(timeout=10)
+
+
+def test_a_pid_is_judged_only_in_the_host_and_pid_namespace_it_came_from():
+    here = {"host": "gpu-box", "pid_ns": "pid:[4026531836]"}
+    procs = HostProcesses(FakePsutil(), uid=ME, clock=lambda: T0, use_pidfd=False, identity=here)
+    assert procs.sees({"pid": 7, **here}) is True
+    assert procs.sees({"pid": 7, "host": "gpu-box", "pid_ns": "pid:[4026532111]"}) is False  # a training container
+    assert procs.sees({"pid": 7, "host": "other-box", "pid_ns": here["pid_ns"]}) is False
+    assert procs.sees({"pid": 7, "host": "gpu-box", "pid_ns": None}) is False  # the writer had no /proc: not comparable
+    assert procs.sees({"pid": 7}) is None  # an older writer: judged as before
+    from cockpit.reporter import process_identity
+
+    assert HostProcesses(FakePsutil()).identity == process_identity()

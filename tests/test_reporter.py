@@ -15,7 +15,7 @@ from fractions import Fraction
 import pytest
 
 from cockpit import reporter as reporter_module
-from cockpit.reporter import RUN_ID_ENV, ReporterWarning, RunReporter, config_sha256, metric_value
+from cockpit.reporter import RUN_ID_ENV, ReporterWarning, RunReporter, config_sha256, metric_value, process_identity
 
 
 class FakeTensor:
@@ -44,7 +44,7 @@ def test_a_run_writes_every_spec_line(tmp_path, monkeypatch):
     got = lines(tmp_path / "runs" / "ctrl-r1" / "metrics.jsonl")
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     assert got == [
-        {"ts": 1764489600.0, "event": "started", "pid": os.getpid(),
+        {"ts": 1764489600.0, "event": "started", "pid": os.getpid(), **process_identity(),
          "config_sha256": hashlib.sha256(canonical.encode()).hexdigest()},
         {"ts": 1764489601.0, "step": 1200, "loss": 2.31, "eval/macro_f1": 0.61},
         {"ts": 1764489602.0, "event": "checkpoint", "path": "runs/ctrl-r1/checkpoints/step-1200.pt",
@@ -53,6 +53,27 @@ def test_a_run_writes_every_spec_line(tmp_path, monkeypatch):
         {"ts": 1764489604.0, "event": "truncated", "input": "doc-991", "essential": True},
         {"ts": 1764489605.0, "event": "finished", "status": "ok"},
     ]
+
+
+def test_started_names_the_host_and_pid_namespace_where_its_pid_means_something(tmp_path, monkeypatch):
+    import socket
+
+    with RunReporter(tmp_path, "r") as report:
+        pass
+    started = lines(report.path)[0]
+    assert started["host"] == socket.gethostname()
+    if os.path.exists("/proc/self/ns/pid"):
+        assert started["pid_ns"] == os.readlink("/proc/self/ns/pid") and started["pid_ns"].startswith("pid:[")
+
+    def no_proc(path):
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(reporter_module.os, "readlink", no_proc)  # no /proc (not Linux): said as null, quietly
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with RunReporter(tmp_path, "s") as report:
+            pass
+    assert lines(report.path)[0]["pid_ns"] is None and lines(report.path)[0]["pid"] == os.getpid()
 
 
 def test_config_hash_ignores_key_order_and_is_null_without_config(tmp_path):

@@ -945,3 +945,21 @@ async def test_two_power_capped_gpus_keep_the_host_line_in_view_at_80x24(seed_ca
         await pilot.pause(0.2)
         panel = app.query_one(GpuPanel)
         assert panel.content_region.contains_region(app.query_one(HostLine).region)
+
+
+async def test_an_unreadable_run_and_a_due_pilot_decision_are_shown(seed_campaign):
+    from dataclasses import replace as replaced
+
+    from cockpit.tui.widgets.lot_header import LotHeader
+
+    runs = (replaced(seed_runs()[0], state="unreadable"),) + seed_runs()[1:]
+    snapshot = replaced(make_snapshot(runs=runs), pilot_due_at=NOW - timedelta(minutes=5))
+    app = make_app(seed_campaign, snapshot)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await started(app, pilot)
+        assert app.query_one(RunsTable).get_cell("ctrl-r1", "state").plain == "unreadable"
+        header = app.query_one(LotHeader)
+        assert "PILOT DECISION DUE" in header.build_lines(100)[1].plain
+        app.apply_snapshot(make_snapshot())  # decided: the header says no more
+        await pilot.pause()
+        assert "PILOT DECISION DUE" not in header.build_lines(100)[1].plain

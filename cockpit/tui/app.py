@@ -256,7 +256,7 @@ class CockpitApp(App[None]):
         unacknowledged = {alert_key(a) for a in snapshot.alerts if not a.acknowledged}
         self._acknowledged &= unacknowledged  # the engine has caught up with those that left
         with self.batch_update():
-            self._header.show_lot(snapshot.lot, now)
+            self._header.show_lot(snapshot.lot, now, snapshot.pilot_due_at)
             self._header.show_status(f"sampled {fmt.clock_time(snapshot.taken_at)}")
             self._clock_panel.show(snapshot.clock, snapshot.lot)
             self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)

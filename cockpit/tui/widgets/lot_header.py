@@ -44,11 +44,13 @@ class LotHeader(TextLines):
         self._lot: LotView | None = None
         self._now: datetime | None = None
         self._status: tuple[str, str] = ("waiting for the first sample…", "muted")
+        self._pilot_due: datetime | None = None
 
-    def show_lot(self, lot: LotView, now: datetime) -> None:
-        if lot == self._lot and (self._now is not None and self._now.date() == now.date()):
+    def show_lot(self, lot: LotView, now: datetime, pilot_due: datetime | None = None) -> None:
+        """`pilot_due`: when the pilot decision fell due, while none is recorded."""
+        if lot == self._lot and pilot_due == self._pilot_due and (self._now is not None and self._now.date() == now.date()):
             return
-        self._lot, self._now = lot, now
+        self._lot, self._now, self._pilot_due = lot, now, pilot_due
         self.update_lines()
 
     def show_status(self, text: str, level: str = "muted") -> None:
@@ -88,6 +90,8 @@ class LotHeader(TextLines):
                 second.append(fmt.local_time(lot.end, None, zone=True))
             else:
                 second.append(" · no start date: the lot's end is unknown", muted)
+            if self._pilot_due is not None:
+                second.append(" · PILOT DECISION DUE (d)", self.component_style("lot-header--warning"))
 
         status = Text(" " + status_text, status_style, no_wrap=True, end="")
         room = max(0, width - status.cell_len)

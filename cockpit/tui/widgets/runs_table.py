@@ -28,6 +28,7 @@ STATE_STYLES = {
     "failed": "bad",
     "stopped": "warning",
     "ended": "warning",  # the process is gone without a `finished` line
+    "unreadable": "bad",  # its metrics path holds no readable file
 }
 
 
@@ -88,6 +89,11 @@ class RunsTable(DataTable):
                 self._columns[0] = ("run", "run", ideal)
                 self._layout = None
                 self._fit_columns()
+        state_width = max([8] + [len(run.state) for run in runs])  # "unreadable" is the longest state
+        if state_width > self._columns[1][2]:
+            self._columns[1] = ("state", "state", state_width)
+            self._layout = None
+            self._fit_columns()
         shown = self._shown_positions()
         self._rows_to_repaint = set()
         try:
