@@ -19,7 +19,7 @@ from cockpit.errors import Finding, UsageError
 __all__ = ["Finding", "UsageError", "main"]
 
 COMMANDS = (
-    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "log",
+    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "void", "log",
     "verify-resume", "close",
 )
 
@@ -51,6 +51,16 @@ def _positive(text: str) -> float:
     value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0 (got {text!r})")
+    return value
+
+
+def _seq(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an event's seq, a whole number (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (got {text!r})")
     return value
 
 
@@ -97,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("--rule", metavar="ID", help="the stop rule that applies")
     why.add_argument("--reason", metavar="TEXT", help="a free-text reason")
     p.add_argument("--signal", action="store_true", help="also send SIGTERM to the run's process")
+    p.add_argument("--force", action="store_true", help="record a stop that is probably a mistake (the run finished cleanly, or the rule never triggered for it); the stop says so")
 
     p = command("decide", "cockpit.commands.register:decide", "record the pilot decision")
     p.add_argument("dir", metavar="DIR")
@@ -111,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--run", metavar="RUN")
+
+    p = command("void", "cockpit.commands.register:void", "take back a mistaken stop, pilot decision, acceptance or note (appends a void event)")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("seq", type=_seq, metavar="SEQ", help="the seq of the event to take back (see `cockpit log DIR`)")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why it was a mistake")
 
     p = command("log", "cockpit.commands.register:show_log", "print the run log")
     p.add_argument("dir", metavar="DIR")
