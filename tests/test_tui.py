@@ -188,6 +188,19 @@ def notifications(app: CockpitApp) -> list:
     return list(app._notifications)
 
 
+async def on_screen(app: CockpitApp, pilot, screen_id: str, *keys: str) -> None:
+    """Wait for the dialog `screen_id` (the stop flow's steps come after a run-log read), then press."""
+    await until(pilot, lambda: app.screen.id == screen_id)
+    await pilot.press(*keys)
+
+
+async def confirm_stop(app: CockpitApp, pilot, *, doubt: bool = False) -> None:
+    """The last steps of a stop: "stop anyway" where it is doubtful, then the confirm line."""
+    if doubt:
+        await on_screen(app, pilot, "stop-doubt", "y")
+    await on_screen(app, pilot, "stop-confirm", "enter")
+
+
 # ---------------------------------------------------------------- stop
 
 
@@ -198,6 +211,7 @@ async def test_stop_with_a_rule_is_in_the_run_log(seed_campaign):
         await pilot.press("s")
         assert isinstance(app.screen, StopScreen)
         await pilot.press("down", "enter")  # the first rule written for ctrl-r1: nan-loss
+        await confirm_stop(app, pilot, doubt=True)  # nan-loss never triggered for ctrl-r1
         await until(pilot, lambda: events(seed_campaign, "stop"))
         await until(pilot, lambda: any("recorded" in n.title for n in notifications(app)))
     (stop,) = events(seed_campaign, "stop")
@@ -216,6 +230,7 @@ async def test_stop_with_free_text(seed_campaign):
         await pilot.press("s", "enter")  # "no rule" → the reason field
         await pilot.press(*"plateau")
         await pilot.press("enter")
+        await confirm_stop(app, pilot)
         await until(pilot, lambda: events(seed_campaign, "stop"))
     (stop,) = events(seed_campaign, "stop")
     assert stop["rule"] is None and stop["reason"] == "plateau" and stop["source"] == "key"
@@ -230,6 +245,7 @@ async def test_stop_of_the_selected_run(seed_campaign):
         rules = [r.id for r in app.screen.rules]
         assert rules[0] == "nan-loss" and rules.index("f1-floor") < len(rules)  # f1-floor is written for v-r16
         await pilot.press("down", "enter")
+        await confirm_stop(app, pilot, doubt=True)
         await until(pilot, lambda: events(seed_campaign, "stop"))
     (stop,) = events(seed_campaign, "stop")
     assert stop["run"] == "v-r16" and stop["last"] == {}
@@ -270,9 +286,11 @@ async def test_stop_with_sigterm_confirmed(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.id == "stop-signal")
         assert sent == [], "nothing is signalled before the second confirmation"
         await pilot.press("y")
+        await confirm_stop(app, pilot)
         await until(pilot, lambda: events(seed_campaign, "stop"))
         await until(pilot, lambda: any("SIGTERM sent" in str(n.message) for n in notifications(app)))
     (stop,) = events(seed_campaign, "stop")
@@ -289,8 +307,10 @@ async def test_stop_without_sigterm_when_declined(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.id == "stop-signal")
         await pilot.press("enter")  # the default button is "Record only"
+        await confirm_stop(app, pilot)
         await until(pilot, lambda: events(seed_campaign, "stop"))
     assert sent == []
     assert events(seed_campaign, "stop")[0]["signal"] == {"requested": False, "sent": False}
@@ -302,8 +322,11 @@ async def test_no_sigterm_offered_without_a_pid(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await until(pilot, lambda: app.screen.id in ("stop-signal", "stop-confirm"))
+        assert app.screen.id == "stop-confirm", "no SIGTERM question without a pid"
+        await pilot.press("enter")
         await until(pilot, lambda: events(seed_campaign, "stop"))
-        assert not isinstance(app.screen, ConfirmScreen)
 
 
 async def test_a_second_stop_of_a_run_is_refused_and_shown(seed_campaign):
@@ -312,6 +335,7 @@ async def test_a_second_stop_of_a_run_is_refused_and_shown(seed_campaign):
         await started(app, pilot)
         for _ in range(2):
             await pilot.press("s", "down", "enter")
+            await confirm_stop(app, pilot, doubt=True)
             await app.workers.wait_for_complete()
             await pilot.pause()
         await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
@@ -332,11 +356,101 @@ async def test_failed_stop_write_is_shown_as_an_error(seed_campaign, monkeypatch
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
+        await confirm_stop(app, pilot, doubt=True)
         await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
         shown = notifications(app)
     assert any("the disk is full" in n.message and "NOT recorded" in n.title for n in shown)
     assert not any("recorded in the run log" == n.title for n in shown)
     assert events(seed_campaign, "stop") == []
+
+
+@pytest.mark.parametrize("step", ["stop", "stop-doubt", "stop-signal", "stop-confirm"])
+async def test_escape_at_any_step_of_a_stop_records_nothing(seed_campaign, step):
+    sent: list[str] = []
+    app = make_app(seed_campaign, signal_run=lambda run_id: sent.append(run_id) or {"sent": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s")
+        if step == "stop":
+            await pilot.press("down")
+            assert isinstance(app.screen, StopScreen)
+        else:
+            await pilot.press("down", "enter")  # nan-loss on ctrl-r1: it never triggered, so all four steps come
+            for answer_id in ("stop-doubt", "stop-signal"):
+                if step == answer_id:
+                    break
+                await on_screen(app, pilot, answer_id, "y")
+            await until(pilot, lambda: app.screen.id == step)
+        if step == "stop-signal":
+            assert app.screen.query_one("#cancel").label.plain == "Cancel [Esc]", "the SIGTERM prompt has an explicit Cancel"
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, (StopScreen, ConfirmScreen)))
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert any("nothing recorded" in str(n.message) for n in notifications(app))
+    assert new_events(seed_campaign) == [] and sent == []
+
+
+async def test_the_cancel_button_of_the_sigterm_prompt_records_nothing(seed_campaign):
+    app = make_app(seed_campaign, signal_run=lambda run_id: {"sent": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", *"plateau", "enter")
+        await until(pilot, lambda: app.screen.id == "stop-signal")
+        await pilot.click("#cancel")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await app.workers.wait_for_complete()
+    assert new_events(seed_campaign) == []
+
+
+async def test_the_confirm_line_says_what_will_be_written(seed_campaign):
+    RunLog(seed_campaign).append("alert", rule="f1-floor", run="ctrl-r1", value=0.51, step=2400, message="F1 0.51")
+    app = make_app(seed_campaign, signal_run=lambda run_id: {"sent": True, "detail": "SIGTERM to pid 4242"})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s")
+        rules = [r.id for r in app.screen.rules]
+        await pilot.press(*["down"] * (rules.index("f1-floor") + 1), "enter")
+        await on_screen(app, pilot, "stop-signal", "y")  # f1-floor triggered for ctrl-r1: no doubt asked
+        await until(pilot, lambda: app.screen.id == "stop-confirm")
+        line = str(app.screen.query_one("#message").render())
+        assert line == "stop of run ctrl-r1 · rule f1-floor (eval/macro_f1 last 0.712) · then SIGTERM to pid 4242"
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "signal"))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["rule"] == "f1-floor" and "rule_triggered" not in stop and "after_finish" not in stop
+
+
+async def test_a_stop_of_a_finished_run_asks_twice_and_carries_its_flag(seed_campaign):
+    runs = (replace(seed_runs()[0], state="finished", alive=False),) + seed_runs()[1:]
+    app = make_app(seed_campaign, make_snapshot(runs=runs))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", *"slip", "enter")
+        await until(pilot, lambda: app.screen.id == "stop-doubt")
+        why = str(app.screen.query_one("#message").render())
+        assert "finished cleanly" in why and "close would reject its deliverables" in why
+        assert app.screen.focused.id == "cancel", "Enter on a doubtful stop cancels it"
+        await pilot.press("y")
+        await until(pilot, lambda: app.screen.id == "stop-confirm")
+        assert "marked after_finish" in str(app.screen.query_one("#message").render())
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["after_finish"] is True and stop["reason"] == "slip" and "rule_triggered" not in stop
+
+
+async def test_a_stop_under_a_rule_that_never_triggered_carries_its_flag(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down", "enter")
+        await until(pilot, lambda: app.screen.id == "stop-doubt")
+        assert "rule 'nan-loss' never triggered for run 'ctrl-r1'" in str(app.screen.query_one("#message").render())
+        await pilot.press("y")
+        await confirm_stop(app, pilot)
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    assert events(seed_campaign, "stop")[0]["rule_triggered"] is False
 
 
 # ---------------------------------------------------------------- pilot decision, note, acknowledgement

@@ -340,21 +340,93 @@ class CockpitApp(App[None]):
         self.push_screen(StopScreen(run_id, run, self.campaign.model.stop_rules), partial(self._stop_chosen, run))
 
     def _stop_chosen(self, run: RunView | None, request: StopRequest | None) -> None:
+        """After the rule or reason: read the run log (in a thread) for what makes this stop
+        doubtful and for the rule's last value, then ask the next question. Esc at any step
+        cancels and records nothing."""
         if request is None:
-            self.notify("Stop cancelled: nothing recorded.", timeout=4)
+            self._stop_cancelled()
             return
-        if self.signal_run is not None and run is not None and run.pid is not None and run.alive is not False:
-            question = (
-                f"The stop of run {request.run} will be recorded either way.\n"
-                f"Also send SIGTERM to its process (pid {run.pid})? The training loop is asked to "
-                "save and exit; a signal cannot be taken back."
-            )
-            screen = ConfirmScreen("Send SIGTERM?", question, yes="Send SIGTERM [y]", no="Record only [n]")
-            self.push_screen(screen, partial(self._record_stop, request, run))
-        else:
-            self._record_stop(request, run, False)
+        log = self.run_log
+        finished = run is not None and run.state == "finished"
+        rule = self.campaign.rule(request.rule) if request.rule else None
 
-    def _record_stop(self, request: StopRequest, run: RunView | None, send_signal: bool | None) -> None:
+        def check() -> None:
+            try:
+                state = log.replay()
+            except RunLogError as error:
+                self.post_message(RecordFailed(f"stop of run {request.run}", str(error)))
+                return
+            doubts = decisions.stop_doubts(state, request.run, request.rule, finished=finished)
+            value = _rule_value_text(rule, run, state, request.run)
+            self.call_from_thread(self._stop_doubt_step, request, run, doubts, value)
+
+        self.run_worker(check, name="check stop", group="check", thread=True, exit_on_error=False)
+
+    def _stop_cancelled(self) -> None:
+        self.notify("Stop cancelled: nothing recorded.", timeout=4)
+
+    def _stop_doubt_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None) -> None:
+        if not doubts:
+            self._stop_signal_step(request, run, doubts, value)
+            return
+        message = (
+            "This stop is probably a mistake:\n" + "\n".join(f"· {d.why}" for d in doubts)
+            + "\nRecord it anyway? The stop will say so in the run log."
+        )
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._stop_signal_step(request, run, doubts, value)
+            else:
+                self._stop_cancelled()
+
+        self.push_screen(
+            ConfirmScreen("Stop anyway?", message, yes="Stop anyway [y]", no=None, cancel="Cancel [Esc]", default="cancel", id="stop-doubt"),
+            answered,
+        )
+
+    def _stop_signal_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None) -> None:
+        if self.signal_run is None or run is None or run.pid is None or run.alive is False:
+            self._stop_confirm_step(request, run, doubts, value, False)
+            return
+        question = (
+            f"Also send SIGTERM to run {request.run}'s process (pid {run.pid})? The training loop is "
+            "asked to save and exit; a signal cannot be taken back."
+        )
+
+        def answered(answer: bool | None) -> None:
+            if answer is None:
+                self._stop_cancelled()
+            else:
+                self._stop_confirm_step(request, run, doubts, value, answer)
+
+        self.push_screen(
+            ConfirmScreen("Send SIGTERM?", question, yes="Send SIGTERM [y]", no="Record only [n]", cancel="Cancel [Esc]", id="stop-signal"),
+            answered,
+        )
+
+    def _stop_confirm_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None, send: bool) -> None:
+        """One line that says exactly what will be written; Enter records it, Esc cancels."""
+        parts = [f"stop of run {request.run}"]
+        if request.rule:
+            parts.append(f"rule {request.rule}" + (f" ({value})" if value else ""))
+        if request.reason:
+            parts.append(f"reason: {request.reason}")
+        parts.append(f"then SIGTERM to pid {run.pid}" if send and run is not None else "no SIGTERM")
+        parts += [{"after_finish": "marked after_finish", "rule_triggered": "marked rule_triggered: false"}[d.flag] for d in doubts]
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._record_stop(request, run, send, force=bool(doubts))
+            else:
+                self._stop_cancelled()
+
+        self.push_screen(
+            ConfirmScreen("Record this stop?", " · ".join(parts), yes="Record [y]", no=None, cancel="Cancel [Esc]", default="yes", id="stop-confirm"),
+            answered,
+        )
+
+    def _record_stop(self, request: StopRequest, run: RunView | None, send_signal: bool | None, *, force: bool = False) -> None:
         last: dict[str, Any] = dict(run.last) if run is not None else {}
         if run is not None and run.step is not None:
             last.setdefault("step", run.step)
@@ -363,10 +435,12 @@ class CockpitApp(App[None]):
             signal_run, run_id = self.signal_run, request.run
             signal = lambda: signal_run(run_id)  # noqa: E731 — runs inside the run log's lock, after validation
         campaign, log = self.campaign, self.run_log
+        finished = run is not None and run.state == "finished"
 
         def write() -> dict[str, Any]:
             return decisions.record_stop(
-                campaign, log, request.run, rule=request.rule, reason=request.reason, source=SOURCE, last=last, signal=signal
+                campaign, log, request.run, rule=request.rule, reason=request.reason, source=SOURCE, last=last,
+                signal=signal, finished=finished, force=force,
             )
 
         def describe(event: dict[str, Any]) -> str:
@@ -473,6 +547,20 @@ class CockpitApp(App[None]):
             self.notify("Finishing the run log write…", timeout=3)
             await self.workers.wait_for_complete(pending)
         self.exit()
+
+
+def _rule_value_text(rule: Any, run: RunView | None, state: Any, run_id: str) -> str | None:
+    """The rule's last value for the run: its metric's last value, else the value its last alert
+    for that run carried; None when the rule watches nothing the run reported."""
+    if rule is None:
+        return None
+    metric = getattr(rule, "metric", None)
+    if metric and run is not None and metric in run.last:
+        return f"{metric} last {fmt.metric(run.last[metric])}"
+    alert = next((a.event for a in reversed(state.alerts) if a.event.get("rule") == rule.id and a.event.get("run") == run_id), None)
+    if alert is not None and alert.get("value") is not None:
+        return f"last alert value {fmt.metric(alert.get('value'))}"
+    return f"{metric} not reported yet" if metric else "no value recorded for it"
 
 
 def _terminal_path() -> str | None:

@@ -185,13 +185,15 @@ class StopScreen(Dialog):
         self.dismiss(StopRequest(self.run_id, rule, reason))
 
 
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question about something that cannot be undone; No is the default."""
+class ConfirmScreen(ModalScreen["bool | None"]):
+    """A question before something is written or sent. `y` answers yes, `n` no; Escape (and the
+    Cancel button, when there is one) cancels: the result is None and nothing is recorded.
+    `default` is the button Enter presses ("no" for what cannot be undone)."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n", "answer(False)", "No", id="confirm.no"),
-        Binding("escape", "answer(False)", "No", id="confirm.escape"),
+        Binding("escape", "cancel", "Cancel", id="confirm.cancel"),
         Binding("left,right", "focus_other", "Switch", show=False),
     ]
 
@@ -200,9 +202,10 @@ class ConfirmScreen(ModalScreen[bool]):
         align: center middle;
     }
     ConfirmScreen > #dialog {
-        width: 64;
+        width: 68;
         max-width: 100%;
         height: auto;
+        max-height: 100%;
         padding: 0 1;
         border: round $warning;
         background: $surface;
@@ -215,28 +218,43 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen Button { margin: 0 1; }
     """
 
-    def __init__(self, title: str, message: str, yes: str = "Yes [y]", no: str = "No [n]") -> None:
-        super().__init__()
-        self._title, self._message, self._yes, self._no = title, message, yes, no
+    def __init__(
+        self, title: str, message: str, yes: str = "Yes [y]", no: str | None = "No [n]", *,
+        cancel: str | None = None, default: str = "no", id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self._title, self._message, self._yes, self._no, self._cancel = title, message, yes, no, cancel
+        self._default = default
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
             dialog.border_title = self._title
-            yield Static(self._message, markup=False)
+            yield Static(self._message, markup=False, id="message")
             with Horizontal(id="buttons"):
-                yield Button(self._yes, id="yes", variant="warning", compact=True)
-                yield Button(self._no, id="no", compact=True)
+                # Plain text labels: "[y]" would otherwise be read as markup and vanish.
+                yield Button(Content(self._yes), id="yes", variant="warning", compact=True)
+                if self._no is not None:
+                    yield Button(Content(self._no), id="no", compact=True)
+                if self._cancel is not None:
+                    yield Button(Content(self._cancel), id="cancel", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        wanted = self._default if self.query(f"#{self._default}") else "yes"
+        self.query_one(f"#{wanted}", Button).focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.dismiss(event.button.id == "yes")
+        self.dismiss({"yes": True, "no": False}.get(event.button.id or ""))
 
     def action_answer(self, answer: bool) -> None:
+        if not answer and self._no is None:  # no "No" here: n cancels
+            self.dismiss(None)
+            return
         self.dismiss(answer)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
 
     def action_focus_other(self) -> None:
         self.focus_next(Button)
