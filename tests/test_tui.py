@@ -504,6 +504,22 @@ async def test_note_on_the_selected_run(seed_campaign):
     assert events(seed_campaign, "note")[0]["run"] == "ctrl-r1"
 
 
+async def test_the_note_checkbox_shows_its_state(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"relaunch", "tab")
+        box = app.screen.query_one("#on-run")
+        unticked = str(box.render())
+        await pilot.press("space")
+        await pilot.pause()
+        ticked = str(box.render())
+        assert unticked.startswith("[ ]") and ticked.startswith("[x]") and "X" not in unticked
+        await pilot.press("shift+tab", "enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+    assert events(seed_campaign, "note")[0]["run"] == "ctrl-r1"
+
+
 async def test_no_blinking_cursor_when_animations_are_off(seed_campaign):
     app = make_app(seed_campaign)
     app.animation_level = "none"  # what TEXTUAL_ANIMATIONS=none sets
@@ -883,6 +899,21 @@ async def test_a_gpu_scrolled_out_of_view_is_drawn_fresh_when_it_comes_back(seed
         finally:
             GpuRow.refresh = original
         assert "\xa0100%" in html.unescape(app.export_screenshot())  # the newest sample (the others show 87 %)
+
+
+async def test_a_toast_is_one_line_above_the_footer_and_goes_quickly(seed_campaign):
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"setup took 6 h", "enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+        await until(pilot, lambda: app.screen.query("Toast"))
+        await pilot.pause(0.1)
+        toasts = [t for t in app.screen.query("Toast") if t.region.height]
+        assert [t.region.height for t in toasts] == [1] and toasts[0].region.y == 22
+        shown = next(n for n in notifications(app) if n.title == "recorded in the run log")
+        assert shown.timeout <= 5
+        assert "recorded in the run log: note, seq" in str(toasts[0].render())
 
 
 # ---------------------------------------------------------------- themes, help, quit

@@ -24,7 +24,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.timer import Timer
+from textual.content import Content
 from textual.widgets import Footer
+from textual.widgets._toast import Toast
 
 from cockpit import decisions
 from cockpit.campaign import Campaign
@@ -50,6 +52,8 @@ from cockpit.tui.widgets.alerts_list import AlertKey, alert_ident, alert_key
 
 SOURCE = "key"
 MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
+TOAST_SECONDS = 4.0  # a toast is one line above the footer, gone after a few seconds
+TOAST_SECONDS_ERROR = 10.0  # "NOT recorded" stays a little longer; the alerts list keeps what matters
 
 SignalRun = Callable[[str], dict[str, Any]]
 Clock = Callable[[], datetime]
@@ -133,6 +137,12 @@ class CockpitApp(App[None]):
         self.theme = wanted
 
     # ------------------------------------------------------------------ layout
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None, markup: bool = True) -> None:  # type: ignore[override]
+        """Every toast lasts a few seconds at most: at 80×24 a long one hides the runs."""
+        limit = TOAST_SECONDS_ERROR if severity == "error" else TOAST_SECONDS
+        timeout = limit if timeout is None else min(timeout, limit)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)  # type: ignore[arg-type]
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEME_VARIABLE_DEFAULTS)
@@ -561,6 +571,21 @@ def _rule_value_text(rule: Any, run: RunView | None, state: Any, run_id: str) ->
     if alert is not None and alert.get("value") is not None:
         return f"last alert value {fmt.metric(alert.get('value'))}"
     return f"{metric} not reported yet" if metric else "no value recorded for it"
+
+
+def _one_line_toast(self: Toast) -> Content:
+    """A toast as one line, "title: message", so that it fits the single row above the footer."""
+    notification = self._notification
+    message = Content.from_markup(notification.message) if notification.markup else Content(notification.message)
+    message = Content(" ").join(message.split("\n"))
+    if notification.title:
+        return Content.assemble((notification.title + ": ", self.get_visual_style("toast--title")), message)
+    return message
+
+
+# Textual draws a toast's title on a line of its own and has no option for one line; the cockpit
+# is the only app in its process, so its toasts are drawn this way everywhere.
+Toast.render = _one_line_toast  # type: ignore[method-assign]
 
 
 def _terminal_path() -> str | None:

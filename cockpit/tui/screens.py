@@ -87,6 +87,15 @@ def last_metrics_text(run: RunView | None) -> str:
     return " · ".join(parts) if run.step is not None or len(parts) > 1 else "state " + run.state + " · no metrics reported yet"
 
 
+class StateCheckbox(Checkbox):
+    """A checkbox that shows its state in characters, "[x]" ticked and "[ ]" not: Textual's own
+    draws an "X" either way and tells them apart by colour only, which a monochrome screen loses."""
+
+    @property
+    def _button(self) -> Content:
+        return Content.styled("[x]" if self.value else "[ ]", "bold" if self.value else "")
+
+
 class Dialog(ModalScreen):
     """A centred box; Escape cancels (dismisses with None)."""
 
@@ -327,7 +336,7 @@ class NoteScreen(Dialog):
             yield Static("What deviated from the plan, and why — Enter to record", classes="dialog--label", markup=False)
             yield self.text_input("e.g. v-r16 relaunched as v-r16b after a tokenizer fix", "text")
             if self.run_id is not None:
-                yield Checkbox(f"about run {self.run_id}", value=False, id="on-run", compact=True)
+                yield StateCheckbox(f"about run {self.run_id}", value=False, id="on-run", compact=True)
             yield Static("", classes="dialog--error", markup=False)
             hint = "Enter records · Esc cancels" + (" · Tab, then Space: attach to the run" if self.run_id else "")
             yield Static(hint, classes="dialog--hint", markup=False)
