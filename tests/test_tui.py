@@ -568,6 +568,9 @@ async def test_acknowledge_the_selected_alert(seed_campaign):
         assert alerts.selected_alert is not None and not alerts.is_acknowledged(alerts.selected_alert)
         assert "1 unacknowledged" in str(alerts.border_title)
         await pilot.press("a")
+        await until(pilot, lambda: app.screen.id == "ack-confirm")
+        assert "stalled on ctrl-r1: no metric line for 20 min" in str(app.screen.query_one("#message").render())
+        await pilot.press("y")
         await until(pilot, lambda: events(seed_campaign, "ack"))
         await until(pilot, lambda: alerts.is_acknowledged(alerts.selected_alert))
         assert "unacknowledged" not in str(alerts.border_title)
@@ -583,9 +586,58 @@ async def test_acknowledge_an_alert_the_log_does_not_hold_is_refused(seed_campai
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("a")
+        await on_screen(app, pilot, "ack-confirm", "y")
         await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
         assert not app.query_one(AlertsList).is_acknowledged(stalled_alert(99))
     assert events(seed_campaign, "ack") == []
+
+
+async def test_a_new_alert_takes_the_selection_and_a_acknowledges_it(seed_campaign):
+    log = RunLog(seed_campaign)
+    old = log.append("alert", rule="stalled", run="ctrl-r1", message="no metric line for 20 min")
+    new = log.append("alert", rule="nan-loss", run="v-r16", message="loss is NaN")
+    older = stalled_alert(old["seq"])
+    newer = AlertView("nan-loss", "v-r16", "loss is NaN", NOW, new["seq"])
+    source = FakeSource(make_snapshot(alerts=(older,)))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        source.snapshot = make_snapshot(alerts=(newer, older))
+        await until(pilot, lambda: alerts.option_count >= 2)
+        assert alerts.selected_alert.rule == "nan-loss", "the new alert on top is the selected one"
+        await pilot.press("a")
+        await until(pilot, lambda: app.screen.id == "ack-confirm")
+        assert "nan-loss on v-r16: loss is NaN" in str(app.screen.query_one("#message").render())
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.id != "ack-confirm")
+    assert events(seed_campaign, "ack") == [], "Esc on the acknowledge confirm records nothing"
+
+
+async def test_a_new_alert_leaves_a_selection_the_person_just_moved(seed_campaign):
+    first = AlertView("nan-loss", "v-r16", "loss is NaN", NOW, 2)
+    source = FakeSource(make_snapshot(alerts=(first, stalled_alert(1))))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        alerts.focus()
+        await pilot.press("down")  # the person picks the stalled alert
+        assert alerts.selected_alert.rule == "stalled"
+        third = AlertView("truncated-input", "v-r64", "doc-991 truncated", NOW, 3)
+        source.snapshot = make_snapshot(alerts=(third, first, stalled_alert(1)))
+        await until(pilot, lambda: alerts.option_count >= 3)
+        assert alerts.selected_alert.rule == "stalled"
+
+
+async def test_unacknowledged_alerts_come_first(seed_campaign):
+    done = replace(stalled_alert(1), acknowledged=True)
+    fresh = AlertView("nan-loss", "v-r16", "loss is NaN", NOW - timedelta(hours=1), 2)
+    app = make_app(seed_campaign, make_snapshot(alerts=(done, fresh)), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        assert [alerts._alerts[alerts.get_option_at_index(i).id].rule for i in range(2)] == ["nan-loss", "stalled"]
 
 
 # ---------------------------------------------------------------- alerts, bell, polling

@@ -501,6 +501,20 @@ class CockpitApp(App[None]):
         if alerts.is_acknowledged(alert):
             self.notify(f"The {alert.rule} alert is already acknowledged.", markup=False)
             return
+        where = f" on {alert.run}" if alert.run else ""
+        raised = f" (raised {fmt.local_time(alert.ts, self.snapshot.clock.now if self.snapshot else None)})" if alert.ts else ""
+        message = f"{alert.rule}{where}: {alert.message}{raised}"
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._acknowledge(alert)
+
+        self.push_screen(
+            ConfirmScreen("Acknowledge this alert?", message, yes="Acknowledge [y]", no=None, cancel="Cancel [Esc]", default="yes", id="ack-confirm"),
+            answered,
+        )
+
+    def _acknowledge(self, alert: AlertView) -> None:
         key = alert_key(alert)
         campaign, log = self.campaign, self.run_log
         where = f" on {alert.run}" if alert.run else ""
