@@ -1123,6 +1123,29 @@ async def test_two_window_alerts_ring_the_bell_once(seed_campaign):
     assert len(rings) == 1
 
 
+def window_and_older_alerts() -> tuple[AlertView, ...]:
+    """An urgent window alert that arrived after three older alerts: at 80×24 the alerts box shows three."""
+    older = (
+        AlertView("nan-loss", "v-r16", "loss is NaN at step 2400", NOW - timedelta(hours=3), 3),
+        AlertView("f1-floor", "v-r64", "F1 0.41 below 0.55 at step 2400", NOW - timedelta(hours=2), 4),
+        stalled_alert(5),
+    )
+    window = AlertView("lot-window", None, "the lot ends at Thu 08:00 in 4h59m; retrieval takes 1h00m", NOW, 6, key="lot-window:6h")
+    return (*older, window)  # listed last: the older alerts would push it out of the box
+
+
+async def test_a_window_alert_is_pinned_in_the_header(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=window_and_older_alerts()), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        header = app.query_one(LotHeader)
+        second = header.build_lines(header.size.width)[1]
+        assert second.plain.startswith("▲ the lot ends at Thu 08:00 in 4h59m")
+        assert header.region.y == 0 and header.region.height == 2, "the header never scrolls"
+        app._pin_window_alert(())
+        assert "RTX 4090" in header.build_lines(header.size.width)[1].plain, "without one, the lot's facts"
+
+
 async def test_two_unrecorded_window_alerts_are_both_listed(seed_campaign):
     six = AlertView("lot-window", None, "ends in 5 h (NOT RECORDED)", NOW, None, severity="critical", key="lot-window:6h")
     one = AlertView("lot-window", None, "ends in 59 min (NOT RECORDED)", NOW, None, severity="critical", key="lot-window:1h")

@@ -51,6 +51,7 @@ from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, Run
 from cockpit.tui.widgets.alerts_list import AlertKey, alert_ident, alert_key
 
 SOURCE = "key"
+WINDOW_RULE = "lot-window"  # the lot's window alerts: pinned in the header
 MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
 TOAST_SECONDS = 4.0  # a toast is one line above the footer, gone after a few seconds
 TOAST_SECONDS_ERROR = 10.0  # "NOT recorded" stays a little longer; the alerts list keeps what matters
@@ -260,6 +261,7 @@ class CockpitApp(App[None]):
         self._acknowledged &= unacknowledged  # the engine has caught up with those that left
         with self.batch_update():
             self._header.show_lot(snapshot.lot, now)
+            self._pin_window_alert(snapshot.alerts)
             self._header.show_status(f"sampled {fmt.clock_time(snapshot.taken_at)}")
             self._clock_panel.show(snapshot.clock, snapshot.lot)
             self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)
@@ -268,6 +270,16 @@ class CockpitApp(App[None]):
         self._announce_new_alerts(snapshot.alerts)
         if first:
             self.call_after_refresh(self._first_frame_painted)
+
+    def _pin_window_alert(self, alerts: tuple[AlertView, ...]) -> None:
+        """The most urgent lot-window alert goes to the header, where older alerts cannot push it
+        out of view: the critical ones first, then the nearest threshold."""
+        window = [a for a in alerts if a.rule == WINDOW_RULE]
+        if not window:
+            self._header.show_window_alert(None)
+            return
+        urgent = min(window, key=lambda a: (a.severity != "critical", _window_threshold(a)))
+        self._header.show_window_alert(urgent.message, urgent.severity, len(window) - 1)
 
     def _first_frame_painted(self) -> None:
         self.first_frame_seconds = perf_counter() - self._constructed
@@ -571,6 +583,15 @@ class CockpitApp(App[None]):
             self.notify("Finishing the run log write…", timeout=3)
             await self.workers.wait_for_complete(pending)
         self.exit()
+
+
+def _window_threshold(alert: AlertView) -> float:
+    """The hours before the lot's end a window alert warns at ("lot-window:6h" → 6); 0 otherwise."""
+    suffix = alert.key.rpartition(":")[2]
+    try:
+        return float(suffix[:-1]) if suffix.endswith("h") else 0.0
+    except ValueError:
+        return 0.0
 
 
 def _rule_value_text(rule: Any, run: RunView | None, state: Any, run_id: str) -> str | None:
