@@ -990,6 +990,41 @@ async def test_no_color_picks_the_monochrome_theme(seed_campaign, monkeypatch):
     assert app.theme == "mono"
 
 
+def screen_colours(app: CockpitApp) -> set[str]:
+    """Every colour the screen shows, foreground and background (the SVG's fills)."""
+    import re
+
+    return set(re.findall(r"fill: (#[0-9a-f]{6})", app.export_screenshot()))
+
+
+@pytest.mark.parametrize("how", ["NO_COLOR", "--theme mono"])
+async def test_no_colour_at_all_under_no_color_and_the_mono_theme(seed_campaign, monkeypatch, how):
+    if how == "NO_COLOR":
+        monkeypatch.setenv("NO_COLOR", "1")
+        app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False)
+    else:
+        app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False, theme="mono")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause(0.1)
+        assert len(screen_colours(app)) == 2, "the terminal's own foreground and background only"
+        cursor = app.query_one(RunsTable).get_component_styles("datatable--cursor")
+        assert "reverse" in str(cursor.text_style), "the selected run is told apart by reverse video"
+
+
+async def test_other_themes_keep_their_colours(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert len(screen_colours(app)) > 2
+        await pilot.press("t", "t")  # light, then mono: no colour
+        await pilot.pause(0.1)
+        assert app.theme == "mono" and len(screen_colours(app)) == 2
+        await pilot.press("t")  # dark again: colours back
+        await pilot.pause(0.1)
+        assert len(screen_colours(app)) > 2
+
+
 async def test_an_invalid_user_theme_falls_back_with_a_notification(seed_campaign, tmp_path):
     folder = tmp_path / "config" / "cockpit" / "themes"
     folder.mkdir(parents=True)

@@ -25,6 +25,7 @@ from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.content import Content
+from textual.filter import Monochrome, NoColor
 from textual.widgets import Footer
 from textual.widgets._toast import Toast
 
@@ -46,7 +47,7 @@ from cockpit.tui.screens import (
     StopRequest,
     StopScreen,
 )
-from cockpit.tui.themes import DEFAULT_THEME, ThemeCatalog, default_theme_name, discover_themes
+from cockpit.tui.themes import DEFAULT_THEME, MONOCHROME_THEME, ThemeCatalog, default_theme_name, discover_themes
 from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
 from cockpit.tui.widgets.alerts_list import AlertKey, alert_ident, alert_key
 
@@ -136,6 +137,13 @@ class CockpitApp(App[None]):
             self._startup_notices.append((f"{why}; using '{fallback}'", "error"))
             wanted = fallback
         self.theme = wanted
+        # NO_COLOR: Textual's own answer is a grey filter over the theme, which turns the dark theme
+        # black on black. The cockpit instead removes every colour (the terminal's own foreground
+        # and background only) and marks emphasis with bold, reverse and underline: see the
+        # `-monochrome` rules in cockpit.tcss. The mono theme does the same without NO_COLOR.
+        self._filters = [f for f in self._filters if not isinstance(f, Monochrome)]
+        self._no_color_filter = NoColor()
+        self._apply_colour_policy()
 
     # ------------------------------------------------------------------ layout
 
@@ -562,10 +570,25 @@ class CockpitApp(App[None]):
             lambda event: f"note{where}, seq {event['seq']}",
         )
 
+    @property
+    def monochrome(self) -> bool:
+        """No colour at all on screen: NO_COLOR is set, or the mono theme is in use."""
+        return self.no_color or self.theme == MONOCHROME_THEME
+
+    def _apply_colour_policy(self) -> None:
+        filtered = self._no_color_filter in self._filters
+        if self.monochrome and not filtered:
+            self._filters.append(self._no_color_filter)
+        elif not self.monochrome and filtered:
+            self._filters.remove(self._no_color_filter)
+        self.set_class(self.monochrome, "-monochrome")
+
     def action_cycle_theme(self) -> None:
         names = self.theme_catalog.names or [self.theme]
         following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.theme = following
+        self._apply_colour_policy()
+        self.refresh(layout=True)
         description = self.theme_catalog.descriptions.get(following)
         self.notify(f"theme {following}" + (f": {description}" if description else ""), timeout=3, markup=False)
 
