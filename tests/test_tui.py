@@ -30,7 +30,7 @@ from cockpit.snapshot import (
 )
 from cockpit.tui import format as fmt
 from cockpit.tui.app import CockpitApp
-from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, NoteScreen, StopScreen
+from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen
 from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
 from rich.segment import Segment
 from textual.widgets import DataTable
@@ -638,6 +638,110 @@ async def test_unacknowledged_alerts_come_first(seed_campaign):
         await started(app, pilot)
         alerts = app.query_one(AlertsList)
         assert [alerts._alerts[alerts.get_option_at_index(i).id].rule for i in range(2)] == ["nan-loss", "stalled"]
+
+
+# ---------------------------------------------------------------- the log screen and void
+
+
+def log_options(app: CockpitApp) -> list[str]:
+    listing = app.screen.query_one("#events")
+    return [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)]
+
+
+async def test_the_log_screen_lists_the_run_log_newest_first(seed_campaign):
+    campaign = load_campaign(seed_campaign)
+    from cockpit import decisions
+
+    log = RunLog(seed_campaign)
+    decisions.record_note(campaign, log, "setup took 6 h", source="cli")
+    decisions.record_stop(campaign, log, "v-r16", reason="wrong key", source="cli")
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        shown = log_options(app)
+        assert [line.split()[0] for line in shown] == ["3", "2", "1"]
+        assert "stop" in shown[0] and "reason: wrong key" in shown[0] and "None" not in " ".join(shown)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, LogScreen))
+    assert new_events(seed_campaign) == []
+
+
+async def test_void_from_the_log_screen_takes_a_stop_back(seed_campaign):
+    from cockpit import decisions
+
+    campaign = load_campaign(seed_campaign)
+    stop = decisions.record_stop(campaign, RunLog(seed_campaign), "v-r16", reason="wrong key", source="key")
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        assert app.screen.selected_event["seq"] == stop["seq"]  # newest first: the stop is on top
+        await pilot.press("v")
+        await until(pilot, lambda: isinstance(app.screen, VoidScreen))
+        await pilot.press("enter")  # no reason yet: refused
+        assert isinstance(app.screen, VoidScreen)
+        await pilot.press(*"s on the wrong run", "enter")
+        await until(pilot, lambda: events(seed_campaign, "void"))
+        await until(pilot, lambda: isinstance(app.screen, LogScreen) and "VOIDED" in " ".join(log_options(app)))
+        assert log_options(app)[0].split()[0] == str(stop["seq"] + 1), "the void is on top now"
+        await pilot.press("down", "v")  # the stop again: already voided
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, VoidScreen)
+    (void,) = events(seed_campaign, "void")
+    assert void["voided_seq"] == stop["seq"] and void["reason"] == "s on the wrong run" and void["source"] == "key"
+    assert RunLog(seed_campaign).replay().stop_of("v-r16") is None
+    assert len(events(seed_campaign, "stop")) == 1, "the stop itself is still in the run log"
+
+
+async def test_a_stop_of_the_finished_control_voided_from_the_log_lets_close_accept_it(tmp_path, monkeypatch):
+    from cockpit.closing import evaluate
+    from tests.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
+
+    monkeypatch.setenv("COCKPIT_TEMP_ROOTS", str(tmp_path / "volatile"))
+    camp = make_campaign(tmp_path, deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1"))
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    metrics(camp, "ctrl-r1", 2, 13, 0.81)
+    runs = (replace(seed_runs()[0], state="finished", alive=False),)
+    app = make_app(camp, make_snapshot(runs=runs), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", *"slip", "enter")
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await on_screen(app, pilot, "stop-confirm", "enter")
+        await until(pilot, lambda: events(camp, "stop"))
+        assert events(camp, "stop")[0]["after_finish"] is True
+        assert evaluate(camp).summary["accepted"] == 0, "a stopped run's deliverable is rejected"
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await pilot.press("v", *"the control had finished", "enter")
+        await until(pilot, lambda: events(camp, "void"))
+    summary = evaluate(camp).summary
+    assert summary["accepted"] == 1 and summary["rejections"] == [] and summary["cost_per_accepted_usd"] == "47.14"
+    assert [v["reason"] for v in summary["voided"]] == ["the control had finished"]
+
+
+async def test_only_decisions_can_be_voided_from_the_log_screen(seed_campaign):
+    from cockpit import decisions
+
+    decisions.record_note(load_campaign(seed_campaign), RunLog(seed_campaign), "a note", source="key")
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await pilot.press("down", "v")  # campaign_started
+        await until(pilot, lambda: any("not a decision" in str(n.message) for n in notifications(app)))
+        assert isinstance(app.screen, LogScreen)
+        await pilot.press("up", "v")
+        await until(pilot, lambda: isinstance(app.screen, VoidScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+    assert new_events(seed_campaign) == []
 
 
 # ---------------------------------------------------------------- alerts, bell, polling

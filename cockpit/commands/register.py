@@ -142,6 +142,9 @@ def _plain_value(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+event_summary = _summary  # the TUI's log screen says the same as `cockpit log`
+
+
 def _local(ts: Any) -> str:
     moment = parse_ts(ts) if isinstance(ts, str) else None
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if moment else str(ts)

@@ -42,10 +42,12 @@ from cockpit.tui.screens import (
     DecisionScreen,
     HelpScreen,
     KeyHelp,
+    LogScreen,
     NoteRequest,
     NoteScreen,
     StopRequest,
     StopScreen,
+    VoidRequested,
 )
 from cockpit.tui.themes import DEFAULT_THEME, MONOCHROME_THEME, ThemeCatalog, default_theme_name, discover_themes
 from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
@@ -85,6 +87,7 @@ class CockpitApp(App[None]):
         Binding("d", "decide", "Pilot decision", id="decide", tooltip="continue / drop-optional / revise, with a note"),
         Binding("a", "acknowledge", "Acknowledge", id="acknowledge", tooltip="acknowledge the selected alert"),
         Binding("n", "note", "Note", id="note", tooltip="record an explained deviation, optionally on the selected run"),
+        Binding("l", "log", "Run log", id="log", tooltip="the run log, newest first; v there takes back a mistaken decision (a void event)"),
         Binding("t", "cycle_theme", "Theme", id="theme", tooltip="next theme (dark, light, mono, then yours)"),
         Binding("question_mark", "help", "Help", id="help", key_display="?", tooltip="this list"),
         Binding("q", "quit", "Quit", id="quit", priority=True, tooltip="leave the cockpit (the runs go on)"),
@@ -582,6 +585,50 @@ class CockpitApp(App[None]):
         elif not self.monochrome and filtered:
             self._filters.remove(self._no_color_filter)
         self.set_class(self.monochrome, "-monochrome")
+
+    def action_log(self) -> None:
+        self._read_log(self._log_read)
+
+    def _read_log(self, then: Callable[[list[dict[str, Any]], dict[int, str]], None]) -> None:
+        """Read the run log in a thread; `then` gets its events and their one-line summaries."""
+        from cockpit.commands.register import event_summary
+
+        log = self.run_log
+
+        def read() -> None:
+            try:
+                events = log.read().events
+            except RunLogError as error:
+                self.call_from_thread(self.notify, str(error), title="cannot read the run log", severity="error", markup=False)
+                return
+            summaries = {e["seq"]: event_summary(e) for e in events}
+            self.call_from_thread(then, events, summaries)
+
+        self.run_worker(read, name="read log", group="check", thread=True, exit_on_error=False)
+
+    def _log_read(self, events: list[dict[str, Any]], summaries: dict[int, str]) -> None:
+        if not self._modal_open():
+            self.push_screen(LogScreen(events, summaries, self.run_log.path.name))
+
+    def on_void_requested(self, message: VoidRequested) -> None:
+        campaign, log = self.campaign, self.run_log
+        seq, reason = message.seq, message.reason
+
+        def refresh_log_screen(_event: dict[str, Any]) -> None:
+            def shown(events: list[dict[str, Any]], summaries: dict[int, str]) -> None:
+                screen = self.screen
+                if isinstance(screen, LogScreen):
+                    screen.show_events(events, summaries)
+
+            self._read_log(shown)
+
+        self._record(
+            "void",
+            f"void of seq {seq}",
+            lambda: decisions.record_void(campaign, log, seq, reason=reason, source=SOURCE),
+            lambda event: f"seq {seq} voided ({decisions.VOIDABLE_NAMES.get(event.get('voided_type'), 'event')}), seq {event['seq']}",
+            after=refresh_log_screen,
+        )
 
     def action_cycle_theme(self) -> None:
         names = self.theme_catalog.names or [self.theme]

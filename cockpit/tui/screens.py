@@ -12,12 +12,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from typing import Any
+
 from cockpit.campaign import StopRule
-from cockpit.decisions import PILOT_DECISIONS
+from cockpit.decisions import PILOT_DECISIONS, VOIDABLE_NAMES
+from cockpit.runlog import parse_ts, voided_seqs
 from cockpit.snapshot import RunView
 from cockpit.tui import format as fmt
 
@@ -386,3 +390,157 @@ class HelpScreen(Dialog):
                 markup=False,
             )
             yield Static("Esc, q or ? closes", classes="dialog--hint", markup=False)
+
+
+def event_line(event: dict[str, Any], summary: str, voided_by: dict[str, Any] | None) -> Content:
+    """One run-log event on one line: seq, local time, type, run, what it says, and who."""
+    moment = parse_ts(event["ts"]) if isinstance(event.get("ts"), str) else None
+    when = fmt.local(moment).strftime("%d %b %H:%M") if moment else fmt.DASH
+    origin = " ".join(str(x) for x in (event.get("source"), event.get("who")) if x)
+    head = f"{event['seq']:>4} {when}  {event['type']:<14} {event.get('run') or '-':<10} "
+    if voided_by is not None:
+        return Content.assemble(
+            (head, "$text-muted"), (f"VOIDED by seq {voided_by['seq']}: ", "bold"), (f"{summary}  [{origin}]", "$text-muted")
+        )
+    style = "bold" if event["type"] in VOIDABLE_NAMES else ""
+    return Content.assemble((head, ""), (summary, style), (f"  [{origin}]", "$text-muted"))
+
+
+class LogScreen(ModalScreen):
+    """The run log, newest first. `v` takes back the selected decision (a stop, a pilot decision,
+    an acceptance or a note) by appending a `void` event; nothing already written changes."""
+
+    BINDINGS = [
+        Binding("escape,l,q", "close", "Close", id="log.close"),
+        Binding("v", "void", "Void the selected decision", id="log.void"),
+    ]
+
+    DEFAULT_CSS = """
+    LogScreen {
+        align: center middle;
+    }
+    LogScreen > #dialog {
+        width: 100%;
+        height: 100%;
+        padding: 0 1;
+        border: round $primary;
+        background: $surface;
+    }
+    LogScreen #events { height: 1fr; }
+    LogScreen .dialog--hint { color: $text-muted; height: 1; }
+    """
+
+    def __init__(self, events: Sequence[dict[str, Any]], summaries: dict[int, str], path_name: str = "runlog.jsonl") -> None:
+        super().__init__()
+        self.events: list[dict[str, Any]] = []
+        self.summaries: dict[int, str] = {}
+        self.voided: dict[int, dict[str, Any]] = {}
+        self.path_name = path_name
+        self._pending = (list(events), dict(summaries))
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = f"run log · {self.path_name} · newest first"
+            yield OptionList(id="events", compact=True)
+            yield Static("↑↓ choose · v voids the selected decision (appends a void event) · Esc closes", classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.show_events(*self._pending)
+        self.query_one("#events", OptionList).focus()
+
+    def show_events(self, events: Sequence[dict[str, Any]], summaries: dict[int, str]) -> None:
+        """Show the log again (after a void), keeping the selected event."""
+        listing = self.query_one("#events", OptionList)
+        selected = listing.highlighted_option.id if listing.highlighted_option is not None else None
+        self.events, self.summaries = list(events), dict(summaries)
+        self.voided = voided_seqs(self.events)
+        options = [
+            Option(event_line(e, self.summaries.get(e["seq"], ""), self.voided.get(e["seq"])), id=f"seq:{e['seq']}")
+            for e in reversed(self.events)
+        ]
+        if not options:
+            options = [Option(Content.styled("the run log is empty: nothing recorded yet", "$text-muted"), id="none", disabled=True)]
+        listing.set_options(options)
+        if selected is not None and any(o.id == selected for o in options):
+            listing.highlighted = next(i for i, o in enumerate(options) if o.id == selected)
+        elif self.events:
+            listing.highlighted = 0
+
+    @property
+    def selected_event(self) -> dict[str, Any] | None:
+        option = self.query_one("#events", OptionList).highlighted_option
+        if option is None or not (option.id or "").startswith("seq:"):
+            return None
+        seq = int(option.id.split(":", 1)[1])
+        return next((e for e in self.events if e["seq"] == seq), None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_void(self) -> None:
+        event = self.selected_event
+        if event is None:
+            self.app.notify("No event selected.", severity="warning")
+            return
+        if event["type"] not in VOIDABLE_NAMES:
+            kinds = ", ".join(VOIDABLE_NAMES.values())
+            what = "a void cannot be taken back" if event["type"] == "void" else f"a '{event['type']}' event is not a decision"
+            self.app.notify(f"seq {event['seq']}: {what}; only {kinds} can be voided.", severity="warning", markup=False)
+            return
+        if event["seq"] in self.voided:
+            self.app.notify(f"seq {event['seq']} is already voided (seq {self.voided[event['seq']]['seq']}).", severity="warning", markup=False)
+            return
+        self.app.push_screen(VoidScreen(event, self.summaries.get(event["seq"], "")), self._void_reason)
+
+    def _void_reason(self, reason: str | None) -> None:
+        event = self.selected_event
+        if reason is None or event is None:
+            self.app.notify("Void cancelled: nothing recorded.")
+            return
+        self.post_message(VoidRequested(event["seq"], reason))
+
+
+class VoidRequested(Message):
+    """The person asked to void the event `seq` for `reason`; the app writes it."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        super().__init__()
+        self.seq = seq
+        self.reason = reason
+
+
+class VoidScreen(Dialog):
+    """Why a recorded decision was a mistake: the reason goes into the `void` event."""
+
+    def __init__(self, event: dict[str, Any], summary: str) -> None:
+        super().__init__()
+        self.event = event
+        self.summary = summary
+
+    def compose(self) -> ComposeResult:
+        what = VOIDABLE_NAMES.get(self.event["type"], self.event["type"])
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = f"Void seq {self.event['seq']}"
+            run = f" of run {self.event['run']}" if self.event.get("run") else ""
+            yield Static(f"Take back {what}{run}: {self.summary}", classes="dialog--facts", markup=False)
+            yield Static(
+                "A void event is appended; the decision stays in the run log, marked voided, and the "
+                "cockpit, status and close treat it as absent.",
+                classes="dialog--label", markup=False,
+            )
+            yield Static("Reason — why it was a mistake, Enter to record", classes="dialog--label", markup=False)
+            yield self.text_input("e.g. pressed s on the wrong run", "reason")
+            yield Static("", classes="dialog--error", markup=False)
+            yield Static("Enter records · Esc cancels", classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    @on(Input.Submitted, "#reason")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        reason = event.value.strip()
+        if not reason:
+            self._error("Write why it was a mistake: the void records the reason.")
+            return
+        self.dismiss(reason)
