@@ -24,7 +24,26 @@ COMMANDS = (
 )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, without cutting a path or an id at its hyphens."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False, break_long_words=False)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's own usage errors: exit 2 with a hint
         self.print_usage(sys.stderr)
         self.exit(2, f"cockpit: {message}\n")

@@ -232,3 +232,14 @@ def test_log_never_shows_python_none(cli, seed_campaign):
     assert result.returncode == 0, result.stderr
     assert "None" not in result.stdout
     assert "accepted=0" in result.stdout and "reason: none given" in result.stdout
+
+
+def test_text_output_never_cuts_a_path_at_its_hyphens(cli, tmp_path, monkeypatch):
+    from cockpit.commands.close import _wrap
+
+    path = "/tmp/demo-toy-sentiment/runs/v-short-context/checkpoints/step-1200.pt"
+    wrapped = _wrap(f"missing: {path} does not exist and the closing cannot verify it", 4)
+    assert path in wrapped.replace("\n", " ")
+    result = cli("stop", "--help", env={"COLUMNS": "60"})
+    assert "probably a mistake (the run finished cleanly," in " ".join(result.stdout.split())
+    assert not any(line.rstrip().endswith("-") for line in result.stdout.splitlines())

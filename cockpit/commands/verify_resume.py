@@ -113,7 +113,9 @@ def _width() -> int:
 
 
 def _line(label: str, text: str, width: int) -> str:
-    return textwrap.fill(text, width=width, initial_indent=f"{label:<12}", subsequent_indent=" " * 12)
+    return textwrap.fill(  # a path is never cut at its hyphens
+        text, width=width, initial_indent=f"{label:<12}", subsequent_indent=" " * 12, break_on_hyphens=False, break_long_words=False
+    )
 
 
 def _bytes(size: int | None) -> str:
@@ -164,6 +166,7 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
             status, text = "MISSING", resume.COSTS[part].split(": ", 1)[1]
         out.append(textwrap.fill(
             text, width=width, initial_indent=f"  {part:<14}{status:<11}", subsequent_indent=" " * 27,
+            break_on_hyphens=False, break_long_words=False,
         ))
     reload = report.reload
     if reload.ok:
@@ -222,7 +225,7 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
     if report.notes:
         out.append("notes")
         for note in report.notes:
-            out.append(textwrap.fill(note, width=width, initial_indent="  - ", subsequent_indent="    "))
+            out.append(textwrap.fill(note, width=width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False, break_long_words=False))
     print("\n".join(out))
     if recorded is False and run_entry is not None:
         print(f"cockpit: nothing recorded for run {run_entry.id}", file=sys.stderr)
