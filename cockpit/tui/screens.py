@@ -383,7 +383,8 @@ class HelpScreen(Dialog):
             yield Static(Content("\n").join(lines))
             yield Static(
                 "Tab moves between the runs, the alerts and the GPUs; ↑↓ picks the run (s, n) or the alert (a).\n"
-                "In a dialog: Enter confirms, Esc cancels, Tab moves between fields.\n"
+                "In a dialog: Enter confirms, Esc cancels (nothing is recorded), Tab moves between fields.\n"
+                "A mistaken decision is taken back in the run log (l, then v): a void event, never an edit.\n"
                 "Every decision is in runlog.jsonl (source \"key\") before the cockpit says so; "
                 "a write that fails is shown as an error and nothing is recorded.",
                 classes="dialog--hint",
@@ -393,17 +394,15 @@ class HelpScreen(Dialog):
 
 
 def event_line(event: dict[str, Any], summary: str, voided_by: dict[str, Any] | None) -> Content:
-    """One run-log event on one line: seq, local time, type, run, what it says, and who."""
+    """One run-log event on one line: seq, local time, type, run, what it says, and its source."""
     moment = parse_ts(event["ts"]) if isinstance(event.get("ts"), str) else None
     when = fmt.local(moment).strftime("%d %b %H:%M") if moment else fmt.DASH
-    origin = " ".join(str(x) for x in (event.get("source"), event.get("who")) if x)
-    head = f"{event['seq']:>4} {when}  {event['type']:<14} {event.get('run') or '-':<10} "
+    head = f"{event['seq']:>4} {when} {event['type']:<16} {event.get('run') or '-':<9} "
+    source = f"  [{event['source']}]" if event.get("source") else ""
     if voided_by is not None:
-        return Content.assemble(
-            (head, "$text-muted"), (f"VOIDED by seq {voided_by['seq']}: ", "bold"), (f"{summary}  [{origin}]", "$text-muted")
-        )
+        return Content.assemble((head, "$text-muted"), (f"VOIDED by {voided_by['seq']}: ", "bold"), (summary + source, "$text-muted"))
     style = "bold" if event["type"] in VOIDABLE_NAMES else ""
-    return Content.assemble((head, ""), (summary, style), (f"  [{origin}]", "$text-muted"))
+    return Content.assemble((head, ""), (summary, style), (source, "$text-muted"))
 
 
 class LogScreen(ModalScreen):
@@ -426,7 +425,7 @@ class LogScreen(ModalScreen):
         border: round $primary;
         background: $surface;
     }
-    LogScreen #events { height: 1fr; }
+    LogScreen #events { height: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
     LogScreen .dialog--hint { color: $text-muted; height: 1; }
     """
 
@@ -442,7 +441,7 @@ class LogScreen(ModalScreen):
         with Vertical(id="dialog") as dialog:
             dialog.border_title = f"run log · {self.path_name} · newest first"
             yield OptionList(id="events", compact=True)
-            yield Static("↑↓ choose · v voids the selected decision (appends a void event) · Esc closes", classes="dialog--hint", markup=False)
+            yield Static("↑↓ choose · v void the selected decision (a void event) · Esc close", classes="dialog--hint", markup=False)
 
     def on_mount(self) -> None:
         self.show_events(*self._pending)
