@@ -397,7 +397,9 @@ def event_line(event: dict[str, Any], summary: str, voided_by: dict[str, Any] | 
     """One run-log event on one line: seq, local time, type, run, what it says, and its source."""
     moment = parse_ts(event["ts"]) if isinstance(event.get("ts"), str) else None
     when = fmt.local(moment).strftime("%d %b %H:%M") if moment else fmt.DASH
-    head = f"{event['seq']:>4} {when} {event['type']:<16} {event.get('run') or '-':<9} "
+    run = str(event.get("run") or "-")
+    run = run if len(run) <= 9 else run[:8] + "…"  # the columns stay aligned; the summary names it in full
+    head = f"{event['seq']:>4} {when} {event['type']:<16} {run:<9} "
     source = f"  [{event['source']}]" if event.get("source") else ""
     if voided_by is not None:
         return Content.assemble((head, "$text-muted"), (f"VOIDED by {voided_by['seq']}: ", "bold"), (summary + source, "$text-muted"))
