@@ -20,12 +20,31 @@ from cockpit.text import escape_control
 __all__ = ["Finding", "UsageError", "main"]
 
 COMMANDS = (
-    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "log",
+    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "void", "log",
     "verify-resume", "close",
 )
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, without cutting a path or an id at its hyphens."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False, break_long_words=False)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's own usage errors: exit 2 with a hint
         self.print_usage(sys.stderr)
         self.exit(2, f"cockpit: {message}\n")
@@ -52,6 +71,16 @@ def _positive(text: str) -> float:
     value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0 (got {text!r})")
+    return value
+
+
+def _seq(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an event's seq, a whole number (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more (got {text!r})")
     return value
 
 
@@ -98,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     why.add_argument("--rule", metavar="ID", help="the stop rule that applies")
     why.add_argument("--reason", metavar="TEXT", help="a free-text reason")
     p.add_argument("--signal", action="store_true", help="also send SIGTERM to the run's process")
+    p.add_argument("--force", action="store_true", help="record a stop that is probably a mistake (the run finished cleanly, or the rule never triggered for it); the stop says so")
 
     p = command("decide", "cockpit.commands.register:decide", "record the pilot decision")
     p.add_argument("dir", metavar="DIR")
@@ -112,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--run", metavar="RUN")
+
+    p = command("void", "cockpit.commands.register:void", "take back a mistaken stop, pilot decision, acceptance or note (appends a void event)")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("seq", type=_seq, metavar="SEQ", help="the seq of the event to take back (see `cockpit log DIR`)")
+    p.add_argument("--reason", required=True, metavar="TEXT", help="why it was a mistake")
 
     p = command("log", "cockpit.commands.register:show_log", "print the run log")
     p.add_argument("dir", metavar="DIR")

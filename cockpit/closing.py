@@ -1614,6 +1614,13 @@ def _body(
             {"deliverable": e.get("deliverable"), "ts": e.get("ts"), "who": e.get("who"), "verified": _verified(verdicts, e.get("deliverable"))}
             for e in state.accepted
         ],
+        "voided": [  # decisions taken back by a `void` event: absent from everything above
+            {
+                "seq": taken.get("seq"), "type": taken.get("type"), "run": taken.get("run"), "ts": taken.get("ts"),
+                "void_seq": void.get("seq"), "voided_by": void.get("who"), "voided_at": void.get("ts"), "reason": void.get("reason"),
+            }
+            for void, taken in state.voided
+        ],
         "runlog_bad_lines": bad_lines,
         "all_accepted": all(v.accepted for v in verdicts),
         "warnings": warnings,
@@ -1858,7 +1865,7 @@ def render_report(summary: Mapping[str, Any]) -> str:
         c = summary["conclusion"]
         lines += [f"| run | role | {c['metric']} (last) | reached {_threshold_text(c['threshold'])} |", "|---|---|---|---|"]
         for row in runs:
-            value = row["value"] if row["value"] is not None else "not reported"
+            value = _significant(row["value"]) if row["value"] is not None else "not reported"
             reached = {True: "yes", False: "no", None: "—"}[row["reached"]]
             lines.append(f"| {row['run']} | {row['role']} | {value} | {reached}{' (stopped)' if row['stopped'] else ''} |")
         lines.append("")
@@ -1928,6 +1935,13 @@ def render_report(summary: Mapping[str, Any]) -> str:
             lines.append(f"- {_short_ts(n['ts'])}" + (f" [{n['run']}]" if n.get("run") else "") + f": {n['text']}")
     else:
         lines.append("- No note was recorded.")
+    if summary.get("voided"):
+        lines += ["", "## Voided decisions (taken back, left out of everything above)", ""]
+        for v in summary["voided"]:
+            lines.append(
+                f"- seq {v['seq']} {v['type']}" + (f" [{v['run']}]" if v.get("run") else "")
+                + f", voided by {v.get('voided_by') or '?'} ({_short_ts(v['voided_at'])}, seq {v['void_seq']}): {v.get('reason')}"
+            )
     lines += [
         "",
         "---",
@@ -1937,6 +1951,13 @@ def render_report(summary: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(escape_control(line) for line in lines)  # names, causes, notes: data strings
+
+
+def _significant(value: Any) -> str:
+    """A metric value in the report: 4 significant digits (summary.json keeps full precision)."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    return str(value)
 
 
 # ---------------------------------------------------------------- RELOAD.md

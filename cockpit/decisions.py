@@ -6,13 +6,44 @@ returns the event once it is on disk."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cockpit.campaign import Campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import RecordedState, RunLog, RunLogError, ensure_started
+from cockpit.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, ensure_started
 
 PILOT_DECISIONS = ("continue", "drop-optional", "revise")
+VOIDABLE_NAMES = {"stop": "a stop", "pilot_decision": "a pilot decision", "accepted": "an acceptance", "note": "a note"}
+
+
+@dataclass(frozen=True)
+class StopDoubt:
+    """Why a stop is probably a mistake, and the flag a stop confirmed anyway carries."""
+
+    flag: str  # the stop event's field: "after_finish" or "rule_triggered"
+    value: bool
+    why: str
+
+
+def stop_doubts(state: RecordedState, run_id: str, rule: str | None, *, finished: bool) -> list[StopDoubt]:
+    """A stop of a run that finished cleanly (its deliverables would be rejected as interrupted),
+    or under a rule that never raised an alert for that run (the log would give a reason that is
+    not true)."""
+    doubts: list[StopDoubt] = []
+    if finished:
+        doubts.append(StopDoubt(
+            "after_finish", True,
+            f"run '{run_id}' finished cleanly: a stop marks it interrupted and close would reject its deliverables",
+        ))
+    if rule is not None and not any(
+        a.event.get("rule") == rule and a.event.get("run") in (run_id, None) for a in state.alerts
+    ):
+        doubts.append(StopDoubt(
+            "rule_triggered", False,
+            f"rule '{rule}' never triggered for run '{run_id}': the log would record a reason that is not true",
+        ))
+    return doubts
 
 
 def _names(values: list[str]) -> str:
@@ -59,8 +90,14 @@ def record_stop(
     source: str,
     last: dict[str, Any] | None = None,
     signal: Callable[[], dict[str, Any]] | None = None,
+    finished: bool = False,
+    force: bool | None = None,
 ) -> dict[str, Any]:
-    """Record a stop; with `signal`, send it only after the stop is validated, and record what it did."""
+    """Record a stop; with `signal`, send it only after the stop is validated, and record what it did.
+
+    With `force` given, a stop that is probably a mistake (see `stop_doubts`; `finished`: the run
+    finished cleanly) is refused when False and carries its flags when True. `force=None` (an
+    automatic stop, a program) records it as asked."""
     require_run(campaign, run_id)
     if rule is not None:
         require_rule(campaign, rule)
@@ -69,17 +106,28 @@ def record_stop(
         raise UsageError("a stop needs a rule id or a free-text reason; nothing was recorded")
     start(campaign, log)
     with log.transaction() as tx:  # checked and written under one lock: two stops cannot both pass
-        earlier = next((e for e in tx.read().events if e["type"] == "stop" and e.get("run") == run_id), None)
+        state = RecordedState.from_events(tx.read().events)  # a voided stop is no stop
+        earlier = state.stop_of(run_id)
         if earlier is not None:
             raise Finding(
                 f"run '{run_id}' was already stopped (seq {earlier['seq']}, {earlier.get('ts')}); "
                 "nothing was recorded. A relaunch after a fix deserves a new run id (§4); "
-                "to add an explanation, record a note on the run"
+                "to add an explanation, record a note on the run; a mistaken stop is taken back "
+                f"with `cockpit void DIR {earlier['seq']} --reason TEXT`"
             )
+        flags: dict[str, Any] = {}
+        if force is not None:
+            doubts = stop_doubts(state, run_id, rule, finished=finished)
+            if doubts and not force:
+                raise UsageError(
+                    "this stop is probably a mistake: " + "; ".join(d.why for d in doubts)
+                    + ". Nothing was recorded; add --force to record it anyway (the stop then says so)"
+                )
+            flags = {d.flag: d.value for d in doubts}
         # The stop is on disk before any signal leaves: a SIGTERM is never sent for a stop the disk refused.
         stop = tx.append(
             "stop", run=run_id, rule=rule, reason=reason, source=source, last=last or {},
-            signal={"requested": signal is not None, "sent": False},
+            signal={"requested": signal is not None, "sent": False}, **flags,
         )
         if signal is None:
             return stop
@@ -150,4 +198,37 @@ def acknowledge(
         return tx.append(
             "ack", rule=open_alert.event.get("rule"), run=open_alert.event.get("run"), key=open_alert.key,
             alert_seq=open_alert.event["seq"], source=source,
+        )
+
+
+def record_void(campaign: Campaign, log: RunLog, seq: int, *, reason: str, source: str) -> dict[str, Any]:
+    """Take back a mistaken stop, pilot decision, acceptance or note by appending a `void` event
+    (the run log is never edited). Refused for an unknown seq, a `void`, an event that is not a
+    decision, or one already voided."""
+    reason = clean_text(reason, "the reason")
+    if reason is None:
+        raise UsageError("a void needs a reason (--reason TEXT): say why the decision was a mistake; nothing was recorded")
+    kinds = ", ".join(VOIDABLE_NAMES.values())
+    with log.transaction() as tx:
+        events = tx.read().events
+        target = next((e for e in events if e["seq"] == seq), None)
+        if target is None:
+            last = events[-1]["seq"] if events else 0
+            raise UsageError(
+                f"no event with seq {seq} in {log.path.name} (seqs run 1 to {last}); see `cockpit log DIR`; nothing was recorded"
+            )
+        if target["type"] == "void":
+            raise UsageError(
+                f"seq {seq} is itself a void: a void cannot be taken back; record the decision again instead; nothing was recorded"
+            )
+        if target["type"] not in VOIDABLE:
+            raise UsageError(
+                f"seq {seq} is a '{target['type']}' event, not a decision; only {kinds} can be voided; nothing was recorded"
+            )
+        state = RecordedState.from_events(events)
+        earlier = next((v for v, taken in state.voided if taken.get("seq") == seq), None)
+        if earlier is not None:
+            raise UsageError(f"seq {seq} was already voided (seq {earlier['seq']}, by {earlier.get('who')}); nothing was recorded")
+        return tx.append(
+            "void", voided_seq=seq, voided_type=target["type"], run=target.get("run"), reason=reason, source=source,
         )

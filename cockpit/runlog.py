@@ -264,9 +264,31 @@ def alert_key(event: dict[str, Any]) -> str:
     return f"{event.get('rule', '')}|{event.get('run') or ''}"
 
 
+VOIDABLE = ("stop", "pilot_decision", "accepted", "note")  # the decisions a `void` may take back
+
+
+def voided_seqs(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """The seqs of the decisions taken back, each with the `void` event that took it back."""
+    kinds = {e["seq"]: e["type"] for e in events}
+    found: dict[int, dict[str, Any]] = {}
+    for event in events:
+        target = event.get("voided_seq") if event["type"] == "void" else None
+        if isinstance(target, int) and kinds.get(target) in VOIDABLE and target not in found:
+            found[target] = event
+    return found
+
+
+def live_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events without the decisions a `void` took back: what every reader treats as recorded.
+    The run log itself keeps both (it is never rewritten); the `void` events stay in the list."""
+    voided = voided_seqs(events)
+    return [e for e in events if e["seq"] not in voided] if voided else list(events)
+
+
 @dataclass
 class RecordedState:
-    """What the run log says happened: the campaign's recorded decisions and alerts."""
+    """What the run log says happened: the campaign's recorded decisions and alerts. A decision
+    a `void` took back is absent here; `voided` keeps each (void event, decision taken back)."""
 
     started: dict[str, Any] | None = None
     stops: list[dict[str, Any]] = field(default_factory=list)
@@ -277,6 +299,7 @@ class RecordedState:
     alerts: list[AlertRecord] = field(default_factory=list)
     runs_started: list[dict[str, Any]] = field(default_factory=list)
     closed: list[dict[str, Any]] = field(default_factory=list)
+    voided: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     _open_alerts: dict[str, AlertRecord] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -318,7 +341,21 @@ class RecordedState:
                 record = open_alerts.pop(alert_key(event), None)
                 if record is not None:
                     record.acknowledged = event
+            elif kind == "void":
+                state._take_back(event)
         return state
+
+    def _take_back(self, void: dict[str, Any]) -> None:
+        target = void.get("voided_seq")
+        if not isinstance(target, int) or any(taken.get("seq") == target for _, taken in self.voided):
+            return
+        for kind in VOIDABLE:
+            entries = {"stop": self.stops, "pilot_decision": self.decisions, "accepted": self.accepted, "note": self.notes}[kind]
+            for index, entry in enumerate(entries):
+                if entry.get("seq") == target:
+                    del entries[index]
+                    self.voided.append((void, entry))
+                    return
 
     @property
     def active_alerts(self) -> list[AlertRecord]:

@@ -31,7 +31,7 @@ def test_close_json_carries_the_spec_fields(tmp_path):
     (camp / "out" / "scratch.jsonl").symlink_to(write(temp, "scratch.jsonl", predictions(IDS, "mixed")))
     metrics(camp, "ctrl-r1", 2, 13, 0.78)
     metrics(camp, "v-r16", 13, 24, 0.79)
-    assert run_cli("stop", str(camp), "v-r16", "--reason", "plateau, frees the GPU").returncode == 0
+    assert run_cli("stop", str(camp), "v-r16", "--reason", "plateau, frees the GPU", "--force").returncode == 0
 
     # the stop keeps v-r16's predictions out; the link into the fake temporary folder is rejected
     result = close(camp, "--json", temp=temp)
@@ -115,3 +115,42 @@ def test_close_refuses_a_bad_folder_without_a_traceback(tmp_path):
     assert invalid.returncode == 1 and "[lot]" in invalid.stderr
     assert "Traceback" not in invalid.stderr and invalid.stdout == ""
     assert not (bad / "closing").exists()
+
+
+def test_a_voided_stop_of_the_finished_control_lets_close_accept_it_again(tmp_path):
+    temp = tmp_path / "volatile"
+    camp = make_campaign(
+        tmp_path,
+        deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1", expect_ids="data/test_ids.txt"),
+        deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"),
+    )
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    metrics(camp, "ctrl-r1", 2, 13, 0.78123456789012345)
+    metrics(camp, "v-r16", 13, 24, 0.79)
+
+    refused = run_cli("stop", str(camp), "ctrl-r1", "--reason", "wrong key")
+    assert refused.returncode == 2 and "finished cleanly" in refused.stderr and "--force" in refused.stderr
+    assert run_cli("stop", str(camp), "ctrl-r1", "--reason", "wrong key", "--force").returncode == 0
+    events = json.loads(run_cli("log", str(camp), "--json").stdout)["events"]
+    (stop,) = [e for e in events if e["type"] == "stop"]
+    assert stop["after_finish"] is True
+
+    first = close(camp, "--json", temp=temp)
+    out = json.loads(first.stdout)
+    assert out["accepted"] == 1 and [r["deliverable"] for r in out["rejections"]] == ["ctrl/predictions"]
+
+    voided = run_cli("void", str(camp), str(stop["seq"]), "--reason", "the control had finished; s was a slip")
+    assert voided.returncode == 0, voided.stderr
+    again = close(camp, "--json", temp=temp)
+    assert again.returncode == 0, again.stderr
+    out = json.loads(again.stdout)
+    assert out["accepted"] == 2 and out["cost_per_accepted_usd"] == "23.57" and out["rejections"] == []
+    assert out["stops"] == []
+    (entry,) = out["voided"]
+    assert (entry["seq"], entry["type"], entry["run"]) == (stop["seq"], "stop", "ctrl-r1")
+    assert entry["reason"] == "the control had finished; s was a slip" and "@" in entry["voided_by"]
+    report = (camp / "closing" / "report.md").read_text()
+    assert "## Voided decisions" in report and "the control had finished; s was a slip" in report
+    assert "0.7812 " in report and "0.78123456789" not in report, "4 significant digits in the report"
+    assert out["conclusion"]["runs"][0]["value"] == 0.78123456789012345, "full precision in JSON"

@@ -7,7 +7,7 @@ import pytest
 from cockpit import decisions
 from cockpit.campaign import load_campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import RunLog
+from cockpit.runlog import RecordedState, RunLog
 
 
 def test_acknowledge_closes_only_an_open_alert(seed_campaign):
@@ -86,3 +86,36 @@ def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monke
     event = ensure_started(campaign, log)
     assert event is not None and event["type"] == "campaign_started" and event["plan"] == campaign.text
     assert ensure_started(campaign, log) is None
+
+
+def test_a_void_makes_each_kind_of_decision_absent(seed_campaign):
+    from cockpit.runlog import live_events
+
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    decision = decisions.record_decision(campaign, log, "revise", source="key")
+    note = decisions.record_note(campaign, log, "slip", source="key")
+    stop = decisions.record_stop(campaign, log, "v-r16", reason="slip", source="key")
+    kept = decisions.record_note(campaign, log, "a real note", source="key")
+    for event in (decision, note, stop):
+        decisions.record_void(campaign, log, event["seq"], reason="a wrong key", source="key")
+    events = log.read().events
+    state = RecordedState.from_events(events)
+    assert state.decisions == [] and state.stops == [] and state.notes == [kept]
+    assert [taken["seq"] for _, taken in state.voided] == [decision["seq"], note["seq"], stop["seq"]]
+    assert all(void["reason"] == "a wrong key" and void["source"] == "key" for void, _ in state.voided)
+    live = live_events(events)
+    assert {e["seq"] for e in live}.isdisjoint({decision["seq"], note["seq"], stop["seq"]}) and kept in live
+    following = RecordedState()  # a follower that applies the log a line at a time agrees
+    for event in events:
+        following.apply([event])
+    assert following.stops == [] and following.notes == [kept] and len(following.voided) == 3
+    assert decisions.record_stop(campaign, log, "v-r16", reason="the real stop", source="key")["reason"] == "the real stop"
+
+
+def test_a_forced_stop_carries_its_flags(seed_campaign):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    with pytest.raises(UsageError, match="--force"):
+        decisions.record_stop(campaign, log, "ctrl-r1", rule="nan-loss", source="key", finished=True, force=False)
+    assert RunLog(seed_campaign).replay().stops == []
+    stop = decisions.record_stop(campaign, log, "ctrl-r1", rule="nan-loss", source="key", finished=True, force=True)
+    assert stop["after_finish"] is True and stop["rule_triggered"] is False

@@ -38,7 +38,7 @@ def test_check_on_a_missing_folder(cli, tmp_path):
 
 
 def test_stop_with_a_rule_and_with_a_reason(cli, seed_campaign):
-    result = cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor")
+    result = cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor", "--force")  # f1-floor never triggered here
     assert result.returncode == 0, result.stderr
     result = cli("stop", str(seed_campaign), "v-r64", "--reason", "loss plateau, frees the GPU")
     assert result.returncode == 0, result.stderr
@@ -53,7 +53,7 @@ def test_stop_with_a_rule_and_with_a_reason(cli, seed_campaign):
 
 
 def test_stop_twice_is_refused(cli, seed_campaign):
-    assert cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor").returncode == 0
+    assert cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor", "--force").returncode == 0
     again = cli("stop", str(seed_campaign), "v-r16", "--reason", "again")
     assert again.returncode == 1 and "already stopped" in again.stderr
     assert [e["type"] for e in log_events(seed_campaign)["events"]].count("stop") == 1
@@ -131,3 +131,115 @@ def test_sixty_notes_from_four_processes_at_once(seed_campaign):
     assert sorted(notes) == sorted(f"p{w}-{i}" for w in range(4) for i in range(15))
     assert [e["type"] for e in body["events"]].count("campaign_started") == 1
     assert [e["seq"] for e in body["events"]] == list(range(1, 62))
+
+
+# ---------------------------------------------------------------- stops that are probably mistakes, void
+
+
+def _finish(directory, run_id="ctrl-r1"):
+    stream = directory / "runs" / run_id / "metrics.jsonl"
+    stream.parent.mkdir(parents=True, exist_ok=True)
+    stream.write_text(
+        '{"ts": 1764489600.0, "event": "started", "pid": 999999}\n'
+        '{"ts": 1764489660.0, "step": 100, "loss": 0.3, "eval/macro_f1": 0.81}\n'
+        '{"ts": 1764489720.0, "event": "finished", "status": "ok"}\n'
+    )
+
+
+def test_a_stop_under_a_rule_that_never_triggered_needs_force(cli, seed_campaign):
+    refused = cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor")
+    assert refused.returncode == 2
+    assert "never triggered for run 'v-r16'" in refused.stderr and "--force" in refused.stderr
+    assert not (seed_campaign / "runlog.jsonl").exists() or [e["type"] for e in log_events(seed_campaign)["events"]].count("stop") == 0
+    forced = cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor", "--force")
+    assert forced.returncode == 0, forced.stderr
+    (stop,) = [e for e in log_events(seed_campaign)["events"] if e["type"] == "stop"]
+    assert stop["rule_triggered"] is False and "after_finish" not in stop
+
+
+def test_a_stop_under_a_rule_that_triggered_needs_no_force(cli, seed_campaign):
+    from cockpit.runlog import RunLog
+
+    RunLog(seed_campaign).append("alert", rule="f1-floor", run="v-r16", value=0.41, step=2400, message="F1 0.41")
+    result = cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor")
+    assert result.returncode == 0, result.stderr
+    (stop,) = [e for e in log_events(seed_campaign)["events"] if e["type"] == "stop"]
+    assert "rule_triggered" not in stop and "after_finish" not in stop
+
+
+def test_a_stop_of_a_finished_run_needs_force(cli, seed_campaign):
+    _finish(seed_campaign)
+    refused = cli("stop", str(seed_campaign), "ctrl-r1", "--reason", "oops")
+    assert refused.returncode == 2
+    assert "finished cleanly" in refused.stderr and "--force" in refused.stderr
+    forced = cli("stop", str(seed_campaign), "ctrl-r1", "--reason", "oops", "--force")
+    assert forced.returncode == 0, forced.stderr
+    (stop,) = [e for e in log_events(seed_campaign)["events"] if e["type"] == "stop"]
+    assert stop["after_finish"] is True and "rule_triggered" not in stop
+
+
+def test_void_takes_a_stop_back_and_the_run_can_be_stopped_again(cli, seed_campaign):
+    assert cli("stop", str(seed_campaign), "v-r16", "--reason", "wrong key").returncode == 0
+    stop = next(e for e in log_events(seed_campaign)["events"] if e["type"] == "stop")
+    result = cli("void", str(seed_campaign), str(stop["seq"]), "--reason", "pressed s on the wrong run")
+    assert result.returncode == 0, result.stderr
+    assert f"void of seq {stop['seq']}" in result.stdout
+    body = log_events(seed_campaign)
+    void = body["events"][-1]
+    assert void["type"] == "void" and void["voided_seq"] == stop["seq"] and void["seq"] == stop["seq"] + 1
+    assert void["reason"] == "pressed s on the wrong run" and void["source"] == "cli" and "@" in void["who"]
+    assert stop in body["events"], "the run log keeps the stop: nothing is rewritten"
+    runs = {r["id"]: r for r in json.loads(cli("status", str(seed_campaign), "--json").stdout)["runs"]}
+    assert runs["v-r16"]["state"] != "stopped", "status treats a voided stop as absent"
+    assert cli("stop", str(seed_campaign), "v-r16", "--reason", "real plateau").returncode == 0
+    shown = cli("log", str(seed_campaign))
+    assert f"takes back seq {stop['seq']} (stop)" in shown.stdout and "None" not in shown.stdout
+    status = cli("status", str(seed_campaign), "--json")
+    runs = {r["id"]: r for r in json.loads(status.stdout)["runs"]}
+    assert runs["v-r16"]["state"] == "stopped"
+
+
+def test_void_of_a_void_or_an_unknown_seq_is_a_usage_error(cli, seed_campaign):
+    assert cli("note", str(seed_campaign), "setup took 6 h").returncode == 0
+    note = next(e for e in log_events(seed_campaign)["events"] if e["type"] == "note")
+    assert cli("void", str(seed_campaign), str(note["seq"]), "--reason", "wrong campaign").returncode == 0
+    void_seq = log_events(seed_campaign)["events"][-1]["seq"]
+    cases = [
+        ((str(void_seq), "--reason", "x"), "itself a void"),
+        (("99", "--reason", "x"), "no event with seq 99"),
+        ((str(note["seq"]), "--reason", "x"), "already voided"),
+        (("1", "--reason", "x"), "not a decision"),
+        ((str(note["seq"]), "--reason", "  "), "the reason is empty"),
+        (("zero", "--reason", "x"), "whole number"),
+    ]
+    before = len(log_events(seed_campaign)["events"])
+    for args, message in cases:
+        result = cli("void", str(seed_campaign), *args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(log_events(seed_campaign)["events"]) == before
+    assert cli("void", str(seed_campaign), str(note["seq"])).returncode == 2  # --reason is required
+
+
+def test_log_never_shows_python_none(cli, seed_campaign):
+    from cockpit.runlog import RunLog
+
+    log = RunLog(seed_campaign)
+    log.append("closed", accepted=0, deliverables=2, cost_per_accepted_usd=None, folder="closing/")
+    log.append("run_started", run="v-r16", pid=None, metric_ts=None)
+    log.append("stop", run="v-r16", rule=None, reason=None, source="cli")
+    result = cli("log", str(seed_campaign))
+    assert result.returncode == 0, result.stderr
+    assert "None" not in result.stdout
+    assert "accepted=0" in result.stdout and "reason: none given" in result.stdout
+
+
+def test_text_output_never_cuts_a_path_at_its_hyphens(cli, tmp_path, monkeypatch):
+    from cockpit.commands.close import _wrap
+
+    path = "/tmp/demo-toy-sentiment/runs/v-short-context/checkpoints/step-1200.pt"
+    wrapped = _wrap(f"missing: {path} does not exist and the closing cannot verify it", 4)
+    assert path in wrapped.replace("\n", " ")
+    result = cli("stop", "--help", env={"COLUMNS": "60"})
+    assert "probably a mistake (the run finished cleanly," in " ".join(result.stdout.split())
+    assert not any(line.rstrip().endswith("-") for line in result.stdout.splitlines())

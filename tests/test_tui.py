@@ -30,7 +30,7 @@ from cockpit.snapshot import (
 )
 from cockpit.tui import format as fmt
 from cockpit.tui.app import CockpitApp
-from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, NoteScreen, StopScreen
+from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen
 from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
 from rich.segment import Segment
 from textual.widgets import DataTable
@@ -188,6 +188,19 @@ def notifications(app: CockpitApp) -> list:
     return list(app._notifications)
 
 
+async def on_screen(app: CockpitApp, pilot, screen_id: str, *keys: str) -> None:
+    """Wait for the dialog `screen_id` (the stop flow's steps come after a run-log read), then press."""
+    await until(pilot, lambda: app.screen.id == screen_id)
+    await pilot.press(*keys)
+
+
+async def confirm_stop(app: CockpitApp, pilot, *, doubt: bool = False) -> None:
+    """The last steps of a stop: "stop anyway" where it is doubtful, then the confirm line."""
+    if doubt:
+        await on_screen(app, pilot, "stop-doubt", "y")
+    await on_screen(app, pilot, "stop-confirm", "enter")
+
+
 # ---------------------------------------------------------------- stop
 
 
@@ -198,6 +211,7 @@ async def test_stop_with_a_rule_is_in_the_run_log(seed_campaign):
         await pilot.press("s")
         assert isinstance(app.screen, StopScreen)
         await pilot.press("down", "enter")  # the first rule written for ctrl-r1: nan-loss
+        await confirm_stop(app, pilot, doubt=True)  # nan-loss never triggered for ctrl-r1
         await until(pilot, lambda: events(seed_campaign, "stop"))
         await until(pilot, lambda: any("recorded" in n.title for n in notifications(app)))
     (stop,) = events(seed_campaign, "stop")
@@ -216,6 +230,7 @@ async def test_stop_with_free_text(seed_campaign):
         await pilot.press("s", "enter")  # "no rule" → the reason field
         await pilot.press(*"plateau")
         await pilot.press("enter")
+        await confirm_stop(app, pilot)
         await until(pilot, lambda: events(seed_campaign, "stop"))
     (stop,) = events(seed_campaign, "stop")
     assert stop["rule"] is None and stop["reason"] == "plateau" and stop["source"] == "key"
@@ -230,6 +245,7 @@ async def test_stop_of_the_selected_run(seed_campaign):
         rules = [r.id for r in app.screen.rules]
         assert rules[0] == "nan-loss" and rules.index("f1-floor") < len(rules)  # f1-floor is written for v-r16
         await pilot.press("down", "enter")
+        await confirm_stop(app, pilot, doubt=True)
         await until(pilot, lambda: events(seed_campaign, "stop"))
     (stop,) = events(seed_campaign, "stop")
     assert stop["run"] == "v-r16" and stop["last"] == {}
@@ -270,9 +286,11 @@ async def test_stop_with_sigterm_confirmed(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.id == "stop-signal")
         assert sent == [], "nothing is signalled before the second confirmation"
         await pilot.press("y")
+        await confirm_stop(app, pilot)
         await until(pilot, lambda: events(seed_campaign, "stop"))
         await until(pilot, lambda: any("SIGTERM sent" in str(n.message) for n in notifications(app)))
     (stop,) = events(seed_campaign, "stop")
@@ -289,8 +307,10 @@ async def test_stop_without_sigterm_when_declined(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and app.screen.id == "stop-signal")
         await pilot.press("enter")  # the default button is "Record only"
+        await confirm_stop(app, pilot)
         await until(pilot, lambda: events(seed_campaign, "stop"))
     assert sent == []
     assert events(seed_campaign, "stop")[0]["signal"] == {"requested": False, "sent": False}
@@ -302,8 +322,11 @@ async def test_no_sigterm_offered_without_a_pid(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await until(pilot, lambda: app.screen.id in ("stop-signal", "stop-confirm"))
+        assert app.screen.id == "stop-confirm", "no SIGTERM question without a pid"
+        await pilot.press("enter")
         await until(pilot, lambda: events(seed_campaign, "stop"))
-        assert not isinstance(app.screen, ConfirmScreen)
 
 
 async def test_a_second_stop_of_a_run_is_refused_and_shown(seed_campaign):
@@ -312,6 +335,7 @@ async def test_a_second_stop_of_a_run_is_refused_and_shown(seed_campaign):
         await started(app, pilot)
         for _ in range(2):
             await pilot.press("s", "down", "enter")
+            await confirm_stop(app, pilot, doubt=True)
             await app.workers.wait_for_complete()
             await pilot.pause()
         await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
@@ -332,11 +356,101 @@ async def test_failed_stop_write_is_shown_as_an_error(seed_campaign, monkeypatch
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("s", "down", "enter")
+        await confirm_stop(app, pilot, doubt=True)
         await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
         shown = notifications(app)
     assert any("the disk is full" in n.message and "NOT recorded" in n.title for n in shown)
     assert not any("recorded in the run log" == n.title for n in shown)
     assert events(seed_campaign, "stop") == []
+
+
+@pytest.mark.parametrize("step", ["stop", "stop-doubt", "stop-signal", "stop-confirm"])
+async def test_escape_at_any_step_of_a_stop_records_nothing(seed_campaign, step):
+    sent: list[str] = []
+    app = make_app(seed_campaign, signal_run=lambda run_id: sent.append(run_id) or {"sent": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s")
+        if step == "stop":
+            await pilot.press("down")
+            assert isinstance(app.screen, StopScreen)
+        else:
+            await pilot.press("down", "enter")  # nan-loss on ctrl-r1: it never triggered, so all four steps come
+            for answer_id in ("stop-doubt", "stop-signal"):
+                if step == answer_id:
+                    break
+                await on_screen(app, pilot, answer_id, "y")
+            await until(pilot, lambda: app.screen.id == step)
+        if step == "stop-signal":
+            assert app.screen.query_one("#cancel").label.plain == "Cancel [Esc]", "the SIGTERM prompt has an explicit Cancel"
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, (StopScreen, ConfirmScreen)))
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert any("nothing recorded" in str(n.message) for n in notifications(app))
+    assert new_events(seed_campaign) == [] and sent == []
+
+
+async def test_the_cancel_button_of_the_sigterm_prompt_records_nothing(seed_campaign):
+    app = make_app(seed_campaign, signal_run=lambda run_id: {"sent": True})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", *"plateau", "enter")
+        await until(pilot, lambda: app.screen.id == "stop-signal")
+        await pilot.click("#cancel")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await app.workers.wait_for_complete()
+    assert new_events(seed_campaign) == []
+
+
+async def test_the_confirm_line_says_what_will_be_written(seed_campaign):
+    RunLog(seed_campaign).append("alert", rule="f1-floor", run="ctrl-r1", value=0.51, step=2400, message="F1 0.51")
+    app = make_app(seed_campaign, signal_run=lambda run_id: {"sent": True, "detail": "SIGTERM to pid 4242"})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s")
+        rules = [r.id for r in app.screen.rules]
+        await pilot.press(*["down"] * (rules.index("f1-floor") + 1), "enter")
+        await on_screen(app, pilot, "stop-signal", "y")  # f1-floor triggered for ctrl-r1: no doubt asked
+        await until(pilot, lambda: app.screen.id == "stop-confirm")
+        line = str(app.screen.query_one("#message").render())
+        assert line == "stop of run ctrl-r1 · rule f1-floor (eval/macro_f1 last 0.712) · then SIGTERM to pid 4242"
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "signal"))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["rule"] == "f1-floor" and "rule_triggered" not in stop and "after_finish" not in stop
+
+
+async def test_a_stop_of_a_finished_run_asks_twice_and_carries_its_flag(seed_campaign):
+    runs = (replace(seed_runs()[0], state="finished", alive=False),) + seed_runs()[1:]
+    app = make_app(seed_campaign, make_snapshot(runs=runs))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", *"slip", "enter")
+        await until(pilot, lambda: app.screen.id == "stop-doubt")
+        why = str(app.screen.query_one("#message").render())
+        assert "finished cleanly" in why and "close would reject its deliverables" in why
+        assert app.screen.focused.id == "cancel", "Enter on a doubtful stop cancels it"
+        await pilot.press("y")
+        await until(pilot, lambda: app.screen.id == "stop-confirm")
+        assert "marked after_finish" in str(app.screen.query_one("#message").render())
+        await pilot.press("enter")
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    (stop,) = events(seed_campaign, "stop")
+    assert stop["after_finish"] is True and stop["reason"] == "slip" and "rule_triggered" not in stop
+
+
+async def test_a_stop_under_a_rule_that_never_triggered_carries_its_flag(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "down", "enter")
+        await until(pilot, lambda: app.screen.id == "stop-doubt")
+        assert "rule 'nan-loss' never triggered for run 'ctrl-r1'" in str(app.screen.query_one("#message").render())
+        await pilot.press("y")
+        await confirm_stop(app, pilot)
+        await until(pilot, lambda: events(seed_campaign, "stop"))
+    assert events(seed_campaign, "stop")[0]["rule_triggered"] is False
 
 
 # ---------------------------------------------------------------- pilot decision, note, acknowledgement
@@ -390,6 +504,22 @@ async def test_note_on_the_selected_run(seed_campaign):
     assert events(seed_campaign, "note")[0]["run"] == "ctrl-r1"
 
 
+async def test_the_note_checkbox_shows_its_state(seed_campaign):
+    app = make_app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"relaunch", "tab")
+        box = app.screen.query_one("#on-run")
+        unticked = str(box.render())
+        await pilot.press("space")
+        await pilot.pause()
+        ticked = str(box.render())
+        assert unticked.startswith("[ ]") and ticked.startswith("[x]") and "X" not in unticked
+        await pilot.press("shift+tab", "enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+    assert events(seed_campaign, "note")[0]["run"] == "ctrl-r1"
+
+
 async def test_no_blinking_cursor_when_animations_are_off(seed_campaign):
     app = make_app(seed_campaign)
     app.animation_level = "none"  # what TEXTUAL_ANIMATIONS=none sets
@@ -438,6 +568,9 @@ async def test_acknowledge_the_selected_alert(seed_campaign):
         assert alerts.selected_alert is not None and not alerts.is_acknowledged(alerts.selected_alert)
         assert "1 unacknowledged" in str(alerts.border_title)
         await pilot.press("a")
+        await until(pilot, lambda: app.screen.id == "ack-confirm")
+        assert "stalled on ctrl-r1: no metric line for 20 min" in str(app.screen.query_one("#message").render())
+        await pilot.press("y")
         await until(pilot, lambda: events(seed_campaign, "ack"))
         await until(pilot, lambda: alerts.is_acknowledged(alerts.selected_alert))
         assert "unacknowledged" not in str(alerts.border_title)
@@ -453,9 +586,162 @@ async def test_acknowledge_an_alert_the_log_does_not_hold_is_refused(seed_campai
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.press("a")
+        await on_screen(app, pilot, "ack-confirm", "y")
         await until(pilot, lambda: any(n.severity == "error" for n in notifications(app)))
         assert not app.query_one(AlertsList).is_acknowledged(stalled_alert(99))
     assert events(seed_campaign, "ack") == []
+
+
+async def test_a_new_alert_takes_the_selection_and_a_acknowledges_it(seed_campaign):
+    log = RunLog(seed_campaign)
+    old = log.append("alert", rule="stalled", run="ctrl-r1", message="no metric line for 20 min")
+    new = log.append("alert", rule="nan-loss", run="v-r16", message="loss is NaN")
+    older = stalled_alert(old["seq"])
+    newer = AlertView("nan-loss", "v-r16", "loss is NaN", NOW, new["seq"])
+    source = FakeSource(make_snapshot(alerts=(older,)))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        source.snapshot = make_snapshot(alerts=(newer, older))
+        await until(pilot, lambda: alerts.option_count >= 2)
+        assert alerts.selected_alert.rule == "nan-loss", "the new alert on top is the selected one"
+        await pilot.press("a")
+        await until(pilot, lambda: app.screen.id == "ack-confirm")
+        assert "nan-loss on v-r16: loss is NaN" in str(app.screen.query_one("#message").render())
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.id != "ack-confirm")
+    assert events(seed_campaign, "ack") == [], "Esc on the acknowledge confirm records nothing"
+
+
+async def test_a_new_alert_leaves_a_selection_the_person_just_moved(seed_campaign):
+    first = AlertView("nan-loss", "v-r16", "loss is NaN", NOW, 2)
+    source = FakeSource(make_snapshot(alerts=(first, stalled_alert(1))))
+    app = make_app(seed_campaign, source=source, refresh_seconds=0.05, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        alerts.focus()
+        await pilot.press("down")  # the person picks the stalled alert
+        assert alerts.selected_alert.rule == "stalled"
+        third = AlertView("truncated-input", "v-r64", "doc-991 truncated", NOW, 3)
+        source.snapshot = make_snapshot(alerts=(third, first, stalled_alert(1)))
+        await until(pilot, lambda: alerts.option_count >= 3)
+        assert alerts.selected_alert.rule == "stalled"
+
+
+async def test_unacknowledged_alerts_come_first(seed_campaign):
+    done = replace(stalled_alert(1), acknowledged=True)
+    fresh = AlertView("nan-loss", "v-r16", "loss is NaN", NOW - timedelta(hours=1), 2)
+    app = make_app(seed_campaign, make_snapshot(alerts=(done, fresh)), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        alerts = app.query_one(AlertsList)
+        assert [alerts._alerts[alerts.get_option_at_index(i).id].rule for i in range(2)] == ["nan-loss", "stalled"]
+
+
+# ---------------------------------------------------------------- the log screen and void
+
+
+def log_options(app: CockpitApp) -> list[str]:
+    listing = app.screen.query_one("#events")
+    return [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)]
+
+
+async def test_the_log_screen_lists_the_run_log_newest_first(seed_campaign):
+    campaign = load_campaign(seed_campaign)
+    from cockpit import decisions
+
+    log = RunLog(seed_campaign)
+    decisions.record_note(campaign, log, "setup took 6 h", source="cli")
+    decisions.record_stop(campaign, log, "v-r16", reason="wrong key", source="cli")
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        shown = log_options(app)
+        assert [line.split()[0] for line in shown] == ["3", "2", "1"]
+        assert "stop" in shown[0] and "reason: wrong key" in shown[0] and "None" not in " ".join(shown)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, LogScreen))
+    assert new_events(seed_campaign) == []
+
+
+async def test_void_from_the_log_screen_takes_a_stop_back(seed_campaign):
+    from cockpit import decisions
+
+    campaign = load_campaign(seed_campaign)
+    stop = decisions.record_stop(campaign, RunLog(seed_campaign), "v-r16", reason="wrong key", source="key")
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        assert app.screen.selected_event["seq"] == stop["seq"]  # newest first: the stop is on top
+        await pilot.press("v")
+        await until(pilot, lambda: isinstance(app.screen, VoidScreen))
+        await pilot.press("enter")  # no reason yet: refused
+        assert isinstance(app.screen, VoidScreen)
+        await pilot.press(*"s on the wrong run", "enter")
+        await until(pilot, lambda: events(seed_campaign, "void"))
+        await until(pilot, lambda: isinstance(app.screen, LogScreen) and "VOIDED" in " ".join(log_options(app)))
+        assert log_options(app)[0].split()[0] == str(stop["seq"] + 1), "the void is on top now"
+        await pilot.press("down", "v")  # the stop again: already voided
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, VoidScreen)
+    (void,) = events(seed_campaign, "void")
+    assert void["voided_seq"] == stop["seq"] and void["reason"] == "s on the wrong run" and void["source"] == "key"
+    assert RunLog(seed_campaign).replay().stop_of("v-r16") is None
+    assert len(events(seed_campaign, "stop")) == 1, "the stop itself is still in the run log"
+
+
+async def test_a_stop_of_the_finished_control_voided_from_the_log_lets_close_accept_it(tmp_path, monkeypatch):
+    from cockpit.closing import evaluate
+    from tests.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
+
+    monkeypatch.setenv("COCKPIT_TEMP_ROOTS", str(tmp_path / "volatile"))
+    camp = make_campaign(tmp_path, deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1"))
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    metrics(camp, "ctrl-r1", 2, 13, 0.81)
+    runs = (replace(seed_runs()[0], state="finished", alive=False),)
+    app = make_app(camp, make_snapshot(runs=runs), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("s", "enter", *"slip", "enter")
+        await on_screen(app, pilot, "stop-doubt", "y")
+        await on_screen(app, pilot, "stop-confirm", "enter")
+        await until(pilot, lambda: events(camp, "stop"))
+        assert events(camp, "stop")[0]["after_finish"] is True
+        assert evaluate(camp).summary["accepted"] == 0, "a stopped run's deliverable is rejected"
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await pilot.press("v", *"the control had finished", "enter")
+        await until(pilot, lambda: events(camp, "void"))
+    summary = evaluate(camp).summary
+    assert summary["accepted"] == 1 and summary["rejections"] == [] and summary["cost_per_accepted_usd"] == "47.14"
+    assert [v["reason"] for v in summary["voided"]] == ["the control had finished"]
+
+
+async def test_only_decisions_can_be_voided_from_the_log_screen(seed_campaign):
+    from cockpit import decisions
+
+    decisions.record_note(load_campaign(seed_campaign), RunLog(seed_campaign), "a note", source="key")
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await pilot.press("down", "v")  # campaign_started
+        await until(pilot, lambda: any("not a decision" in str(n.message) for n in notifications(app)))
+        assert isinstance(app.screen, LogScreen)
+        await pilot.press("up", "v")
+        await until(pilot, lambda: isinstance(app.screen, VoidScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, LogScreen))
+        await pilot.press("escape")
+        await app.workers.wait_for_complete()
+    assert new_events(seed_campaign) == []
 
 
 # ---------------------------------------------------------------- alerts, bell, polling
@@ -771,6 +1057,21 @@ async def test_a_gpu_scrolled_out_of_view_is_drawn_fresh_when_it_comes_back(seed
         assert "\xa0100%" in html.unescape(app.export_screenshot())  # the newest sample (the others show 87 %)
 
 
+async def test_a_toast_is_one_line_above_the_footer_and_goes_quickly(seed_campaign):
+    app = make_app(seed_campaign, bell=False)
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await started(app, pilot)
+        await pilot.press("n", *"setup took 6 h", "enter")
+        await until(pilot, lambda: events(seed_campaign, "note"))
+        await until(pilot, lambda: app.screen.query("Toast"))
+        await pilot.pause(0.1)
+        toasts = [t for t in app.screen.query("Toast") if t.region.height]
+        assert [t.region.height for t in toasts] == [1] and toasts[0].region.y == 22
+        shown = next(n for n in notifications(app) if n.title == "recorded in the run log")
+        assert shown.timeout <= 5
+        assert "recorded in the run log: note, seq" in str(toasts[0].render())
+
+
 # ---------------------------------------------------------------- themes, help, quit
 
 
@@ -791,6 +1092,41 @@ async def test_no_color_picks_the_monochrome_theme(seed_campaign, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     app = make_app(seed_campaign)
     assert app.theme == "mono"
+
+
+def screen_colours(app: CockpitApp) -> set[str]:
+    """Every colour the screen shows, foreground and background (the SVG's fills)."""
+    import re
+
+    return set(re.findall(r"fill: (#[0-9a-f]{6})", app.export_screenshot()))
+
+
+@pytest.mark.parametrize("how", ["NO_COLOR", "--theme mono"])
+async def test_no_colour_at_all_under_no_color_and_the_mono_theme(seed_campaign, monkeypatch, how):
+    if how == "NO_COLOR":
+        monkeypatch.setenv("NO_COLOR", "1")
+        app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False)
+    else:
+        app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False, theme="mono")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause(0.1)
+        assert len(screen_colours(app)) == 2, "the terminal's own foreground and background only"
+        cursor = app.query_one(RunsTable).get_component_styles("datatable--cursor")
+        assert "reverse" in str(cursor.text_style), "the selected run is told apart by reverse video"
+
+
+async def test_other_themes_keep_their_colours(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=(stalled_alert(),)), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert len(screen_colours(app)) > 2
+        await pilot.press("t", "t")  # light, then mono: no colour
+        await pilot.pause(0.1)
+        assert app.theme == "mono" and len(screen_colours(app)) == 2
+        await pilot.press("t")  # dark again: colours back
+        await pilot.pause(0.1)
+        assert len(screen_colours(app)) > 2
 
 
 async def test_an_invalid_user_theme_falls_back_with_a_notification(seed_campaign, tmp_path):
@@ -841,7 +1177,7 @@ async def test_help_lists_every_key(seed_campaign):
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         listed = {key.key for key in app.screen.keys}
-        assert listed == {"s", "d", "a", "n", "t", "?", "q"}
+        assert listed == {"s", "d", "a", "n", "l", "t", "?", "q"}
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
     bindings = [b for b in CockpitApp.BINDINGS]
@@ -924,6 +1260,29 @@ async def test_two_window_alerts_ring_the_bell_once(seed_campaign):
         ticks = source.ticks
         await until(pilot, lambda: source.ticks >= ticks + 5)
     assert len(rings) == 1
+
+
+def window_and_older_alerts() -> tuple[AlertView, ...]:
+    """An urgent window alert that arrived after three older alerts: at 80×24 the alerts box shows three."""
+    older = (
+        AlertView("nan-loss", "v-r16", "loss is NaN at step 2400", NOW - timedelta(hours=3), 3),
+        AlertView("f1-floor", "v-r64", "F1 0.41 below 0.55 at step 2400", NOW - timedelta(hours=2), 4),
+        stalled_alert(5),
+    )
+    window = AlertView("lot-window", None, "the lot ends at Thu 08:00 in 4h59m; retrieval takes 1h00m", NOW, 6, key="lot-window:6h")
+    return (*older, window)  # listed last: the older alerts would push it out of the box
+
+
+async def test_a_window_alert_is_pinned_in_the_header(seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=window_and_older_alerts()), bell=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        header = app.query_one(LotHeader)
+        second = header.build_lines(header.size.width)[1]
+        assert second.plain.startswith("▲ the lot ends at Thu 08:00 in 4h59m")
+        assert header.region.y == 0 and header.region.height == 2, "the header never scrolls"
+        app._pin_window_alert(())
+        assert "RTX 4090" in header.build_lines(header.size.width)[1].plain, "without one, the lot's facts"
 
 
 async def test_two_unrecorded_window_alerts_are_both_listed(seed_campaign):

@@ -1,6 +1,6 @@
 """What the cockpit looks like, frozen as SVG (pytest-textual-snapshot): the whole screen at 80×24
-and 120×40 with fake GPUs, without NVML, with eight simulated GPUs, the stop dialog, and the
-light and monochrome themes. Every time shown comes from the fixed snapshot, in UTC.
+and 120×40 with fake GPUs, without NVML, with eight simulated GPUs, the stop dialog, the light and
+monochrome themes, NO_COLOR, a lot-window alert pinned above three older alerts, and the log screen. Every time shown comes from the fixed snapshot, in UTC.
 
 After a deliberate change of the look: `pytest tests/test_tui_snapshots.py --snapshot-update`,
 then review the SVGs in tests/__snapshots__/ before committing them."""
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # the fakes live in test_tui.py, whatever the import mode
-from test_tui import make_app, make_snapshot, stalled_alert  # noqa: E402
+from test_tui import NOW, make_app, make_snapshot, stalled_alert, window_and_older_alerts  # noqa: E402
 from test_tui import no_user_themes, utc_local_time  # noqa: E402, F401 — autouse fixtures: UTC, no user themes
 
 
@@ -63,3 +63,37 @@ def test_stop_dialog_80x24(snap_compare, seed_campaign):
 @pytest.mark.parametrize("theme", ["light", "mono"])
 def test_other_themes_80x24(snap_compare, seed_campaign, theme):
     assert snap_compare(_app(seed_campaign, theme=theme), terminal_size=(80, 24), run_before=_first_frame)
+
+
+def test_no_color_80x24(snap_compare, seed_campaign, monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert snap_compare(_app(seed_campaign), terminal_size=(80, 24), run_before=_first_frame)
+
+
+def test_window_alert_pinned_above_older_alerts_80x24(snap_compare, seed_campaign):
+    app = make_app(seed_campaign, make_snapshot(alerts=window_and_older_alerts()), bell=False)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_first_frame)
+
+
+def test_log_screen_80x24(snap_compare, seed_campaign):
+    from cockpit import decisions
+    from cockpit.campaign import load_campaign
+    from cockpit.runlog import RunLog
+
+    log = RunLog(seed_campaign, clock=lambda: NOW, source_user="ana@gpu-box")
+    campaign = load_campaign(seed_campaign)
+    decisions.record_note(campaign, log, "setup took 6 h, not 2: driver reinstall", source="cli")
+    stop = decisions.record_stop(campaign, log, "v-r16", reason="wrong key", source="key")
+    decisions.record_void(campaign, log, stop["seq"], reason="s on the wrong run", source="key")
+    decisions.record_decision(campaign, log, "continue", note="pilot F1 0.71 at 2 h", source="key")
+
+    async def open_log(pilot) -> None:
+        await _first_frame(pilot)
+        await pilot.press("l")
+        for _ in range(250):
+            if type(pilot.app.screen).__name__ == "LogScreen":
+                break
+            await pilot.pause(0.02)
+        await pilot.pause()
+
+    assert snap_compare(_app(seed_campaign), terminal_size=(80, 24), run_before=open_log)

@@ -33,7 +33,10 @@ def run(args) -> int:
 
 
 def _wrap(text: str, indent: int) -> str:
-    return textwrap.fill(escape_control(text), WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent)
+    return textwrap.fill(  # a path or an id is never cut at its hyphens
+        escape_control(text), WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent,
+        break_on_hyphens=False, break_long_words=False,
+    )
 
 
 def _out(text: str) -> None:

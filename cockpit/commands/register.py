@@ -1,4 +1,4 @@
-"""Recording commands (`stop`, `decide`, `accept`, `note`) and `log`: the run log from the shell.
+"""Recording commands (`stop`, `decide`, `accept`, `note`, `void`) and `log`: the run log from the shell.
 
 Each recording checks its names against the campaign first, so an unknown run, rule or
 deliverable is refused and nothing is written; a recorded event is on disk before we say so.
@@ -16,6 +16,7 @@ from cockpit.runlog import RunLog, is_started, parse_ts, plan_drift
 from cockpit.text import escape_control, json_safe
 
 SOURCE = "cli"
+FINISHED_OK = ("ok", "success", "finished", "done")  # a `finished` status that means a clean end (as the engine reads it)
 
 
 def _open(args) -> tuple[Campaign, RunLog]:
@@ -41,13 +42,21 @@ def stop(args) -> int:
     started = is_started(log)
     track = track_of(campaign, args.run)  # read once: for the last metrics and for the run's pid
     signal = (lambda: terminate_run_of(campaign, args.run, track=track)) if args.signal else None
+    finished = track is not None and track.finished is not None and (
+        str(track.finished.get("status", "ok")).lower() in FINISHED_OK
+    )
     event = decisions.record_stop(
         campaign, log, args.run, rule=args.rule, reason=args.reason, source=SOURCE,
         last=last_metrics_of_run(campaign, args.run, track=track), signal=signal,
+        finished=finished, force=bool(getattr(args, "force", False)),
     )
     _say_start_and_drift(campaign, not started)
     cause = f"rule {args.rule}" if args.rule else f"reason: {event['reason']}"
     print(escape_control(f"recorded: stop of run '{args.run}' ({cause}) — seq {event['seq']} in {log.path.name}"))
+    if event.get("after_finish"):
+        print(escape_control(f"note: run '{args.run}' had finished cleanly; the stop says so (after_finish)"), file=sys.stderr)
+    if event.get("rule_triggered") is False:
+        print(escape_control(f"note: rule '{args.rule}' never triggered for this run; the stop says so (rule_triggered: false)"), file=sys.stderr)
     if args.signal:
         outcome = event["signal"]
         print(escape_control(("SIGTERM sent: " if outcome["sent"] else "no signal sent: ") + outcome.get("detail", "")))
@@ -89,6 +98,14 @@ def note(args) -> int:
     return 0
 
 
+def void(args) -> int:
+    campaign, log = _open(args)
+    event = decisions.record_void(campaign, log, args.seq, reason=args.reason, source=SOURCE)
+    what = decisions.VOIDABLE_NAMES.get(event.get("voided_type"), "the event")
+    print(f"recorded: void of seq {args.seq} ({what}) — seq {event['seq']} in {log.path.name}; the run log keeps both")
+    return 0
+
+
 # ---------------------------------------------------------------- log
 
 
@@ -97,9 +114,12 @@ def _summary(event: dict[str, Any]) -> str:
     if kind == "campaign_started":
         return f"plan frozen, sha256 {str(event.get('plan_sha256', ''))[:12]}…"
     if kind == "stop":
-        cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason')}"
+        cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason') or 'none given'}"
+        if event.get("rule") and event.get("reason"):
+            cause += f" ({event['reason']})"
         signal = event.get("signal") or {}
-        return cause + (", SIGTERM sent" if signal.get("sent") else "")
+        flags = [f for f, on in (("rule never triggered", event.get("rule_triggered") is False), ("after the run finished", event.get("after_finish"))) if on]
+        return cause + (", SIGTERM sent" if signal.get("sent") else "") + "".join(f", {f}" for f in flags)
     if kind == "pilot_decision":
         return str(event.get("decision")) + (f" — {event['note']}" if event.get("note") else "")
     if kind in ("accepted", "rejected"):
@@ -108,10 +128,22 @@ def _summary(event: dict[str, Any]) -> str:
         return str(event.get("text"))
     if kind == "signal":
         return str(event.get("detail") or ("SIGTERM sent" if event.get("sent") else "no signal sent"))
+    if kind == "void":
+        return f"takes back seq {event.get('voided_seq')} ({event.get('voided_type')}) — {event.get('reason')}"
     if kind in ("alert", "ack"):
         return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
     skip = {"seq", "ts", "type", "run", "who", "source"}
-    return ", ".join(f"{k}={v}" for k, v in event.items() if k not in skip and not isinstance(v, (dict, list)))[:120]
+    return ", ".join(
+        f"{k}={_plain_value(v)}" for k, v in event.items() if k not in skip and v is not None and not isinstance(v, (dict, list))
+    )[:120]
+
+
+def _plain_value(value: Any) -> str:
+    """A value as a person reads it: true/false, not Python's True/False (None is left out)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+event_summary = _summary  # the TUI's log screen says the same as `cockpit log`
 
 
 def _local(ts: Any) -> str:

@@ -117,7 +117,9 @@ def _width() -> int:
 
 
 def _line(label: str, text: str, width: int) -> str:
-    return textwrap.fill(text, width=width, initial_indent=f"{label:<12}", subsequent_indent=" " * 12)
+    return textwrap.fill(  # a path is never cut at its hyphens
+        text, width=width, initial_indent=f"{label:<12}", subsequent_indent=" " * 12, break_on_hyphens=False, break_long_words=False
+    )
 
 
 def _bytes(size: int | None) -> str:
@@ -168,6 +170,7 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
             status, text = "MISSING", resume.COSTS[part].split(": ", 1)[1]
         out.append(textwrap.fill(
             text, width=width, initial_indent=f"  {part:<14}{status:<11}", subsequent_indent=" " * 27,
+            break_on_hyphens=False, break_long_words=False,
         ))
     reload = report.reload
     if reload.ok:
@@ -240,7 +243,7 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
     if report.notes:
         out.append("notes")
         for note in report.notes:
-            out.append(textwrap.fill(note, width=width, initial_indent="  - ", subsequent_indent="    "))
+            out.append(textwrap.fill(note, width=width, initial_indent="  - ", subsequent_indent="    ", break_on_hyphens=False, break_long_words=False))
     # key names and paths come from the checkpoint: each line shown with its controls escaped
     print("\n".join(escape_control(line) for line in "\n".join(out).split("\n")))
     if recorded is False and run_entry is not None:

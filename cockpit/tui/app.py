@@ -24,7 +24,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.timer import Timer
+from textual.content import Content
+from textual.filter import Monochrome, NoColor
 from textual.widgets import Footer
+from textual.widgets._toast import Toast
 
 from cockpit import decisions
 from cockpit.campaign import Campaign
@@ -40,17 +43,22 @@ from cockpit.tui.screens import (
     DecisionScreen,
     HelpScreen,
     KeyHelp,
+    LogScreen,
     NoteRequest,
     NoteScreen,
     StopRequest,
     StopScreen,
+    VoidRequested,
 )
-from cockpit.tui.themes import DEFAULT_THEME, ThemeCatalog, default_theme_name, discover_themes
+from cockpit.tui.themes import DEFAULT_THEME, MONOCHROME_THEME, ThemeCatalog, default_theme_name, discover_themes
 from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
 from cockpit.tui.widgets.alerts_list import AlertKey, alert_ident, alert_key
 
 SOURCE = "key"
+WINDOW_RULE = "lot-window"  # the lot's window alerts: pinned in the header
 MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
+TOAST_SECONDS = 4.0  # a toast is one line above the footer, gone after a few seconds
+TOAST_SECONDS_ERROR = 10.0  # "NOT recorded" stays a little longer; the alerts list keeps what matters
 
 SignalRun = Callable[[str], dict[str, Any]]
 Clock = Callable[[], datetime]
@@ -80,6 +88,7 @@ class CockpitApp(App[None]):
         Binding("d", "decide", "Pilot decision", id="decide", tooltip="continue / drop-optional / revise, with a note"),
         Binding("a", "acknowledge", "Acknowledge", id="acknowledge", tooltip="acknowledge the selected alert"),
         Binding("n", "note", "Note", id="note", tooltip="record an explained deviation, optionally on the selected run"),
+        Binding("l", "log", "Run log", id="log", tooltip="the run log, newest first; v there takes back a mistaken decision (a void event)"),
         Binding("t", "cycle_theme", "Theme", id="theme", tooltip="next theme (dark, light, mono, then yours)"),
         Binding("question_mark", "help", "Help", id="help", key_display="?", tooltip="this list"),
         Binding("q", "quit", "Quit", id="quit", priority=True, tooltip="leave the cockpit (the runs go on)"),
@@ -132,8 +141,25 @@ class CockpitApp(App[None]):
             self._startup_notices.append((f"{why}; using '{fallback}'", "error"))
             wanted = fallback
         self.theme = wanted
+        # NO_COLOR: Textual's own answer is a grey filter over the theme, which turns the dark theme
+        # black on black. The cockpit instead removes every colour (the terminal's own foreground
+        # and background only) and marks emphasis with bold, reverse and underline: see the
+        # `-monochrome` rules in cockpit.tcss. The mono theme does the same without NO_COLOR.
+        self._filters = [f for f in self._filters if not isinstance(f, Monochrome)]
+        self._no_color_filter = NoColor()
+        self._apply_colour_policy()
 
     # ------------------------------------------------------------------ layout
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None, markup: bool = True) -> None:  # type: ignore[override]
+        """Every toast lasts a few seconds at most (at 80×24 a long one hides the runs), with its
+        control characters escaped: alerts, refusals and engine errors quote rules, runs, files and
+        people (the title is plain text; `markup=False` keeps the message plain too)."""
+        limit = TOAST_SECONDS_ERROR if severity == "error" else TOAST_SECONDS
+        timeout = limit if timeout is None else min(timeout, limit)
+        super().notify(  # type: ignore[arg-type]
+            escape_control(message, keep_newlines=True), title=escape_control(title), severity=severity, timeout=timeout, markup=markup
+        )
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return dict(THEME_VARIABLE_DEFAULTS)
@@ -166,12 +192,6 @@ class CockpitApp(App[None]):
         self._terminal = _terminal_path() if not self.is_headless else None
         self.set_interval(5, self._every_five_seconds, name="freshness")
         self._poll()
-
-    def notify(self, message: str, *, title: str = "", **options: Any) -> None:
-        """Every toast, with its control characters escaped: alerts, refusals and engine errors
-        quote rules, runs, files and people (the title is plain text; `markup=False` keeps the
-        message plain too)."""
-        super().notify(escape_control(message, keep_newlines=True), title=escape_control(title), **options)
 
     # ------------------------------------------------------------------ polling
 
@@ -257,6 +277,7 @@ class CockpitApp(App[None]):
         self._acknowledged &= unacknowledged  # the engine has caught up with those that left
         with self.batch_update():
             self._header.show_lot(snapshot.lot, now, snapshot.pilot_due_at)
+            self._pin_window_alert(snapshot.alerts)
             self._header.show_status(f"sampled {fmt.clock_time(snapshot.taken_at)}")
             self._clock_panel.show(snapshot.clock, snapshot.lot)
             self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)
@@ -265,6 +286,16 @@ class CockpitApp(App[None]):
         self._announce_new_alerts(snapshot.alerts)
         if first:
             self.call_after_refresh(self._first_frame_painted)
+
+    def _pin_window_alert(self, alerts: tuple[AlertView, ...]) -> None:
+        """The most urgent lot-window alert goes to the header, where older alerts cannot push it
+        out of view: the critical ones first, then the nearest threshold."""
+        window = [a for a in alerts if a.rule == WINDOW_RULE]
+        if not window:
+            self._header.show_window_alert(None)
+            return
+        urgent = min(window, key=lambda a: (a.severity != "critical", _window_threshold(a)))
+        self._header.show_window_alert(urgent.message, urgent.severity, len(window) - 1)
 
     def _first_frame_painted(self) -> None:
         self.first_frame_seconds = perf_counter() - self._constructed
@@ -347,21 +378,93 @@ class CockpitApp(App[None]):
         self.push_screen(StopScreen(run_id, run, self.campaign.model.stop_rules), partial(self._stop_chosen, run))
 
     def _stop_chosen(self, run: RunView | None, request: StopRequest | None) -> None:
+        """After the rule or reason: read the run log (in a thread) for what makes this stop
+        doubtful and for the rule's last value, then ask the next question. Esc at any step
+        cancels and records nothing."""
         if request is None:
-            self.notify("Stop cancelled: nothing recorded.", timeout=4)
+            self._stop_cancelled()
             return
-        if self.signal_run is not None and run is not None and run.pid is not None and run.alive is not False:
-            question = (
-                f"The stop of run {request.run} will be recorded either way.\n"
-                f"Also send SIGTERM to its process (pid {run.pid})? The training loop is asked to "
-                "save and exit; a signal cannot be taken back."
-            )
-            screen = ConfirmScreen("Send SIGTERM?", question, yes="Send SIGTERM [y]", no="Record only [n]")
-            self.push_screen(screen, partial(self._record_stop, request, run))
-        else:
-            self._record_stop(request, run, False)
+        log = self.run_log
+        finished = run is not None and run.state == "finished"
+        rule = self.campaign.rule(request.rule) if request.rule else None
 
-    def _record_stop(self, request: StopRequest, run: RunView | None, send_signal: bool | None) -> None:
+        def check() -> None:
+            try:
+                state = log.replay()
+            except RunLogError as error:
+                self.post_message(RecordFailed(f"stop of run {request.run}", str(error)))
+                return
+            doubts = decisions.stop_doubts(state, request.run, request.rule, finished=finished)
+            value = _rule_value_text(rule, run, state, request.run)
+            self.call_from_thread(self._stop_doubt_step, request, run, doubts, value)
+
+        self.run_worker(check, name="check stop", group="check", thread=True, exit_on_error=False)
+
+    def _stop_cancelled(self) -> None:
+        self.notify("Stop cancelled: nothing recorded.", timeout=4)
+
+    def _stop_doubt_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None) -> None:
+        if not doubts:
+            self._stop_signal_step(request, run, doubts, value)
+            return
+        message = (
+            "This stop is probably a mistake:\n" + "\n".join(f"· {d.why}" for d in doubts)
+            + "\nRecord it anyway? The stop will say so in the run log."
+        )
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._stop_signal_step(request, run, doubts, value)
+            else:
+                self._stop_cancelled()
+
+        self.push_screen(
+            ConfirmScreen("Stop anyway?", message, yes="Stop anyway [y]", no=None, cancel="Cancel [Esc]", default="cancel", id="stop-doubt"),
+            answered,
+        )
+
+    def _stop_signal_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None) -> None:
+        if self.signal_run is None or run is None or run.pid is None or run.alive is False:
+            self._stop_confirm_step(request, run, doubts, value, False)
+            return
+        question = (
+            f"Also send SIGTERM to run {request.run}'s process (pid {run.pid})? The training loop is "
+            "asked to save and exit; a signal cannot be taken back."
+        )
+
+        def answered(answer: bool | None) -> None:
+            if answer is None:
+                self._stop_cancelled()
+            else:
+                self._stop_confirm_step(request, run, doubts, value, answer)
+
+        self.push_screen(
+            ConfirmScreen("Send SIGTERM?", question, yes="Send SIGTERM [y]", no="Record only [n]", cancel="Cancel [Esc]", id="stop-signal"),
+            answered,
+        )
+
+    def _stop_confirm_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None, send: bool) -> None:
+        """One line that says exactly what will be written; Enter records it, Esc cancels."""
+        parts = [f"stop of run {request.run}"]
+        if request.rule:
+            parts.append(f"rule {request.rule}" + (f" ({value})" if value else ""))
+        if request.reason:
+            parts.append(f"reason: {request.reason}")
+        parts.append(f"then SIGTERM to pid {run.pid}" if send and run is not None else "no SIGTERM")
+        parts += [{"after_finish": "marked after_finish", "rule_triggered": "marked rule_triggered: false"}[d.flag] for d in doubts]
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._record_stop(request, run, send, force=bool(doubts))
+            else:
+                self._stop_cancelled()
+
+        self.push_screen(
+            ConfirmScreen("Record this stop?", " · ".join(parts), yes="Record [y]", no=None, cancel="Cancel [Esc]", default="yes", id="stop-confirm"),
+            answered,
+        )
+
+    def _record_stop(self, request: StopRequest, run: RunView | None, send_signal: bool | None, *, force: bool = False) -> None:
         last: dict[str, Any] = dict(run.last) if run is not None else {}
         if run is not None and run.step is not None:
             last.setdefault("step", run.step)
@@ -370,10 +473,12 @@ class CockpitApp(App[None]):
             signal_run, run_id = self.signal_run, request.run
             signal = lambda: signal_run(run_id)  # noqa: E731 — runs inside the run log's lock, after validation
         campaign, log = self.campaign, self.run_log
+        finished = run is not None and run.state == "finished"
 
         def write() -> dict[str, Any]:
             return decisions.record_stop(
-                campaign, log, request.run, rule=request.rule, reason=request.reason, source=SOURCE, last=last, signal=signal
+                campaign, log, request.run, rule=request.rule, reason=request.reason, source=SOURCE, last=last,
+                signal=signal, finished=finished, force=force,
             )
 
         def describe(event: dict[str, Any]) -> str:
@@ -424,6 +529,20 @@ class CockpitApp(App[None]):
         if alerts.is_acknowledged(alert):
             self.notify(f"The {alert.rule} alert is already acknowledged.", markup=False)
             return
+        where = f" on {alert.run}" if alert.run else ""
+        raised = f" (raised {fmt.local_time(alert.ts, self.snapshot.clock.now if self.snapshot else None)})" if alert.ts else ""
+        message = f"{alert.rule}{where}: {alert.message}{raised}"
+
+        def answered(answer: bool | None) -> None:
+            if answer:
+                self._acknowledge(alert)
+
+        self.push_screen(
+            ConfirmScreen("Acknowledge this alert?", message, yes="Acknowledge [y]", no=None, cancel="Cancel [Esc]", default="yes", id="ack-confirm"),
+            answered,
+        )
+
+    def _acknowledge(self, alert: AlertView) -> None:
         key = alert_key(alert)
         campaign, log = self.campaign, self.run_log
         where = f" on {alert.run}" if alert.run else ""
@@ -459,10 +578,69 @@ class CockpitApp(App[None]):
             lambda event: f"note{where}, seq {event['seq']}",
         )
 
+    @property
+    def monochrome(self) -> bool:
+        """No colour at all on screen: NO_COLOR is set, or the mono theme is in use."""
+        return self.no_color or self.theme == MONOCHROME_THEME
+
+    def _apply_colour_policy(self) -> None:
+        filtered = self._no_color_filter in self._filters
+        if self.monochrome and not filtered:
+            self._filters.append(self._no_color_filter)
+        elif not self.monochrome and filtered:
+            self._filters.remove(self._no_color_filter)
+        self.set_class(self.monochrome, "-monochrome")
+
+    def action_log(self) -> None:
+        self._read_log(self._log_read)
+
+    def _read_log(self, then: Callable[[list[dict[str, Any]], dict[int, str]], None]) -> None:
+        """Read the run log in a thread; `then` gets its events and their one-line summaries."""
+        from cockpit.commands.register import event_summary
+
+        log = self.run_log
+
+        def read() -> None:
+            try:
+                events = log.read().events
+            except RunLogError as error:
+                self.call_from_thread(self.notify, str(error), title="cannot read the run log", severity="error", markup=False)
+                return
+            summaries = {e["seq"]: event_summary(e) for e in events}
+            self.call_from_thread(then, events, summaries)
+
+        self.run_worker(read, name="read log", group="check", thread=True, exit_on_error=False)
+
+    def _log_read(self, events: list[dict[str, Any]], summaries: dict[int, str]) -> None:
+        if not self._modal_open():
+            self.push_screen(LogScreen(events, summaries, self.run_log.path.name))
+
+    def on_void_requested(self, message: VoidRequested) -> None:
+        campaign, log = self.campaign, self.run_log
+        seq, reason = message.seq, message.reason
+
+        def refresh_log_screen(_event: dict[str, Any]) -> None:
+            def shown(events: list[dict[str, Any]], summaries: dict[int, str]) -> None:
+                screen = self.screen
+                if isinstance(screen, LogScreen):
+                    screen.show_events(events, summaries)
+
+            self._read_log(shown)
+
+        self._record(
+            "void",
+            f"void of seq {seq}",
+            lambda: decisions.record_void(campaign, log, seq, reason=reason, source=SOURCE),
+            lambda event: f"seq {seq} voided ({decisions.VOIDABLE_NAMES.get(event.get('voided_type'), 'event')}), seq {event['seq']}",
+            after=refresh_log_screen,
+        )
+
     def action_cycle_theme(self) -> None:
         names = self.theme_catalog.names or [self.theme]
         following = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
         self.theme = following
+        self._apply_colour_policy()
+        self.refresh(layout=True)
         description = self.theme_catalog.descriptions.get(following)
         self.notify(f"theme {following}" + (f": {description}" if description else ""), timeout=3, markup=False)
 
@@ -480,6 +658,44 @@ class CockpitApp(App[None]):
             self.notify("Finishing the run log write…", timeout=3)
             await self.workers.wait_for_complete(pending)
         self.exit()
+
+
+def _window_threshold(alert: AlertView) -> float:
+    """The hours before the lot's end a window alert warns at ("lot-window:6h" → 6); 0 otherwise."""
+    suffix = alert.key.rpartition(":")[2]
+    try:
+        return float(suffix[:-1]) if suffix.endswith("h") else 0.0
+    except ValueError:
+        return 0.0
+
+
+def _rule_value_text(rule: Any, run: RunView | None, state: Any, run_id: str) -> str | None:
+    """The rule's last value for the run: its metric's last value, else the value its last alert
+    for that run carried; None when the rule watches nothing the run reported."""
+    if rule is None:
+        return None
+    metric = getattr(rule, "metric", None)
+    if metric and run is not None and metric in run.last:
+        return f"{metric} last {fmt.metric(run.last[metric])}"
+    alert = next((a.event for a in reversed(state.alerts) if a.event.get("rule") == rule.id and a.event.get("run") == run_id), None)
+    if alert is not None and alert.get("value") is not None:
+        return f"last alert value {fmt.metric(alert.get('value'))}"
+    return f"{metric} not reported yet" if metric else "no value recorded for it"
+
+
+def _one_line_toast(self: Toast) -> Content:
+    """A toast as one line, "title: message", so that it fits the single row above the footer."""
+    notification = self._notification
+    message = Content.from_markup(notification.message) if notification.markup else Content(notification.message)
+    message = Content(" ").join(message.split("\n"))
+    if notification.title:
+        return Content.assemble((notification.title + ": ", self.get_visual_style("toast--title")), message)
+    return message
+
+
+# Textual draws a toast's title on a line of its own and has no option for one line; the cockpit
+# is the only app in its process, so its toasts are drawn this way everywhere.
+Toast.render = _one_line_toast  # type: ignore[method-assign]
 
 
 def _terminal_path() -> str | None:

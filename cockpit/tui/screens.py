@@ -12,12 +12,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from typing import Any
+
 from cockpit.campaign import StopRule
-from cockpit.decisions import PILOT_DECISIONS
+from cockpit.decisions import PILOT_DECISIONS, VOIDABLE_NAMES
+from cockpit.runlog import parse_ts, voided_seqs
 from cockpit.snapshot import RunView
 from cockpit.text import escape_control
 from cockpit.tui import format as fmt
@@ -99,6 +103,13 @@ class TextField(Input):
 
     def replace(self, text: str, start: int, end: int) -> None:  # typing, pasting and inserting all end here
         super().replace(escape_control(text), start, end)
+class StateCheckbox(Checkbox):
+    """A checkbox that shows its state in characters, "[x]" ticked and "[ ]" not: Textual's own
+    draws an "X" either way and tells them apart by colour only, which a monochrome screen loses."""
+
+    @property
+    def _button(self) -> Content:
+        return Content.styled("[x]" if self.value else "[ ]", "bold" if self.value else "")
 
 
 class Dialog(ModalScreen):
@@ -199,13 +210,15 @@ class StopScreen(Dialog):
         self.dismiss(StopRequest(self.run_id, rule, reason))
 
 
-class ConfirmScreen(ModalScreen[bool]):
-    """A yes/no question about something that cannot be undone; No is the default."""
+class ConfirmScreen(ModalScreen["bool | None"]):
+    """A question before something is written or sent. `y` answers yes, `n` no; Escape (and the
+    Cancel button, when there is one) cancels: the result is None and nothing is recorded.
+    `default` is the button Enter presses ("no" for what cannot be undone)."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes", id="confirm.yes"),
         Binding("n", "answer(False)", "No", id="confirm.no"),
-        Binding("escape", "answer(False)", "No", id="confirm.escape"),
+        Binding("escape", "cancel", "Cancel", id="confirm.cancel"),
         Binding("left,right", "focus_other", "Switch", show=False),
     ]
 
@@ -214,9 +227,10 @@ class ConfirmScreen(ModalScreen[bool]):
         align: center middle;
     }
     ConfirmScreen > #dialog {
-        width: 64;
+        width: 68;
         max-width: 100%;
         height: auto;
+        max-height: 100%;
         padding: 0 1;
         border: round $warning;
         background: $surface;
@@ -229,28 +243,43 @@ class ConfirmScreen(ModalScreen[bool]):
     ConfirmScreen Button { margin: 0 1; }
     """
 
-    def __init__(self, title: str, message: str, yes: str = "Yes [y]", no: str = "No [n]") -> None:
-        super().__init__()
-        self._title, self._message, self._yes, self._no = title, message, yes, no
+    def __init__(
+        self, title: str, message: str, yes: str = "Yes [y]", no: str | None = "No [n]", *,
+        cancel: str | None = None, default: str = "no", id: str | None = None,
+    ) -> None:
+        super().__init__(id=id)
+        self._title, self._message, self._yes, self._no, self._cancel = title, message, yes, no, cancel
+        self._default = default
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
             dialog.border_title = Content(escape_control(self._title))
-            yield Static(escape_control(self._message, keep_newlines=True), markup=False)
+            yield Static(escape_control(self._message, keep_newlines=True), markup=False, id="message")
             with Horizontal(id="buttons"):
-                yield Button(self._yes, id="yes", variant="warning", compact=True)
-                yield Button(self._no, id="no", compact=True)
+                # Plain text labels: "[y]" would otherwise be read as markup and vanish.
+                yield Button(Content(self._yes), id="yes", variant="warning", compact=True)
+                if self._no is not None:
+                    yield Button(Content(self._no), id="no", compact=True)
+                if self._cancel is not None:
+                    yield Button(Content(self._cancel), id="cancel", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
+        wanted = self._default if self.query(f"#{self._default}") else "yes"
+        self.query_one(f"#{wanted}", Button).focus()
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.dismiss(event.button.id == "yes")
+        self.dismiss({"yes": True, "no": False}.get(event.button.id or ""))
 
     def action_answer(self, answer: bool) -> None:
+        if not answer and self._no is None:  # no "No" here: n cancels
+            self.dismiss(None)
+            return
         self.dismiss(answer)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
 
     def action_focus_other(self) -> None:
         self.focus_next(Button)
@@ -323,7 +352,7 @@ class NoteScreen(Dialog):
             yield Static("What deviated from the plan, and why — Enter to record", classes="dialog--label", markup=False)
             yield self.text_input("e.g. v-r16 relaunched as v-r16b after a tokenizer fix", "text")
             if self.run_id is not None:
-                yield Checkbox(Content(f"about run {escape_control(self.run_id)}"), value=False, id="on-run", compact=True)
+                yield StateCheckbox(Content(f"about run {escape_control(self.run_id)}"), value=False, id="on-run", compact=True)
             yield Static("", classes="dialog--error", markup=False)
             hint = "Enter records · Esc cancels" + (" · Tab, then Space: attach to the run" if self.run_id else "")
             yield Static(hint, classes="dialog--hint", markup=False)
@@ -366,10 +395,166 @@ class HelpScreen(Dialog):
             yield Static(Content("\n").join(lines))
             yield Static(
                 "Tab moves between the runs, the alerts and the GPUs; ↑↓ picks the run (s, n) or the alert (a).\n"
-                "In a dialog: Enter confirms, Esc cancels, Tab moves between fields.\n"
+                "In a dialog: Enter confirms, Esc cancels (nothing is recorded), Tab moves between fields.\n"
+                "A mistaken decision is taken back in the run log (l, then v): a void event, never an edit.\n"
                 "Every decision is in runlog.jsonl (source \"key\") before the cockpit says so; "
                 "a write that fails is shown as an error and nothing is recorded.",
                 classes="dialog--hint",
                 markup=False,
             )
             yield Static("Esc, q or ? closes", classes="dialog--hint", markup=False)
+
+
+def event_line(event: dict[str, Any], summary: str, voided_by: dict[str, Any] | None) -> Content:
+    """One run-log event on one line: seq, local time, type, run, what it says, and its source."""
+    moment = parse_ts(event["ts"]) if isinstance(event.get("ts"), str) else None
+    when = fmt.local(moment).strftime("%d %b %H:%M") if moment else fmt.DASH
+    run = escape_control(str(event.get("run") or "-"))  # every string of the log came from a file or a person
+    run = run if len(run) <= 9 else run[:8] + "…"  # the columns stay aligned; the summary names it in full
+    head = f"{event['seq']:>4} {when} {escape_control(str(event['type'])):<16} {run:<9} "
+    summary = escape_control(summary)
+    source = f"  [{escape_control(str(event['source']))}]" if event.get("source") else ""
+    if voided_by is not None:
+        return Content.assemble((head, "$text-muted"), (f"VOIDED by {voided_by['seq']}: ", "bold"), (summary + source, "$text-muted"))
+    style = "bold" if event["type"] in VOIDABLE_NAMES else ""
+    return Content.assemble((head, ""), (summary, style), (source, "$text-muted"))
+
+
+class LogScreen(ModalScreen):
+    """The run log, newest first. `v` takes back the selected decision (a stop, a pilot decision,
+    an acceptance or a note) by appending a `void` event; nothing already written changes."""
+
+    BINDINGS = [
+        Binding("escape,l,q", "close", "Close", id="log.close"),
+        Binding("v", "void", "Void the selected decision", id="log.void"),
+    ]
+
+    DEFAULT_CSS = """
+    LogScreen {
+        align: center middle;
+    }
+    LogScreen > #dialog {
+        width: 100%;
+        height: 100%;
+        padding: 0 1;
+        border: round $primary;
+        background: $surface;
+    }
+    LogScreen #events { height: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
+    LogScreen .dialog--hint { color: $text-muted; height: 1; }
+    """
+
+    def __init__(self, events: Sequence[dict[str, Any]], summaries: dict[int, str], path_name: str = "runlog.jsonl") -> None:
+        super().__init__()
+        self.events: list[dict[str, Any]] = []
+        self.summaries: dict[int, str] = {}
+        self.voided: dict[int, dict[str, Any]] = {}
+        self.path_name = path_name
+        self._pending = (list(events), dict(summaries))
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = f"run log · {self.path_name} · newest first"
+            yield OptionList(id="events", compact=True)
+            yield Static("↑↓ choose · v void the selected decision (a void event) · Esc close", classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.show_events(*self._pending)
+        self.query_one("#events", OptionList).focus()
+
+    def show_events(self, events: Sequence[dict[str, Any]], summaries: dict[int, str]) -> None:
+        """Show the log again (after a void), keeping the selected event."""
+        listing = self.query_one("#events", OptionList)
+        selected = listing.highlighted_option.id if listing.highlighted_option is not None else None
+        self.events, self.summaries = list(events), dict(summaries)
+        self.voided = voided_seqs(self.events)
+        options = [
+            Option(event_line(e, self.summaries.get(e["seq"], ""), self.voided.get(e["seq"])), id=f"seq:{e['seq']}")
+            for e in reversed(self.events)
+        ]
+        if not options:
+            options = [Option(Content.styled("the run log is empty: nothing recorded yet", "$text-muted"), id="none", disabled=True)]
+        listing.set_options(options)
+        if selected is not None and any(o.id == selected for o in options):
+            listing.highlighted = next(i for i, o in enumerate(options) if o.id == selected)
+        elif self.events:
+            listing.highlighted = 0
+
+    @property
+    def selected_event(self) -> dict[str, Any] | None:
+        option = self.query_one("#events", OptionList).highlighted_option
+        if option is None or not (option.id or "").startswith("seq:"):
+            return None
+        seq = int(option.id.split(":", 1)[1])
+        return next((e for e in self.events if e["seq"] == seq), None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_void(self) -> None:
+        event = self.selected_event
+        if event is None:
+            self.app.notify("No event selected.", severity="warning")
+            return
+        if event["type"] not in VOIDABLE_NAMES:
+            kinds = ", ".join(VOIDABLE_NAMES.values())
+            what = "a void cannot be taken back" if event["type"] == "void" else f"a '{event['type']}' event is not a decision"
+            self.app.notify(f"seq {event['seq']}: {what}; only {kinds} can be voided.", severity="warning", markup=False)
+            return
+        if event["seq"] in self.voided:
+            self.app.notify(f"seq {event['seq']} is already voided (seq {self.voided[event['seq']]['seq']}).", severity="warning", markup=False)
+            return
+        self.app.push_screen(VoidScreen(event, self.summaries.get(event["seq"], "")), self._void_reason)
+
+    def _void_reason(self, reason: str | None) -> None:
+        event = self.selected_event
+        if reason is None or event is None:
+            self.app.notify("Void cancelled: nothing recorded.")
+            return
+        self.post_message(VoidRequested(event["seq"], reason))
+
+
+class VoidRequested(Message):
+    """The person asked to void the event `seq` for `reason`; the app writes it."""
+
+    def __init__(self, seq: int, reason: str) -> None:
+        super().__init__()
+        self.seq = seq
+        self.reason = reason
+
+
+class VoidScreen(Dialog):
+    """Why a recorded decision was a mistake: the reason goes into the `void` event."""
+
+    def __init__(self, event: dict[str, Any], summary: str) -> None:
+        super().__init__()
+        self.event = event
+        self.summary = summary
+
+    def compose(self) -> ComposeResult:
+        what = VOIDABLE_NAMES.get(self.event["type"], self.event["type"])
+        with Vertical(id="dialog") as dialog:
+            dialog.border_title = f"Void seq {self.event['seq']}"
+            run = f" of run {self.event['run']}" if self.event.get("run") else ""
+            yield Static(escape_control(f"Take back {what}{run}: {self.summary}"), classes="dialog--facts", markup=False)
+            yield Static(
+                "A void event is appended; the decision stays in the run log, marked voided, and the "
+                "cockpit, status and close treat it as absent.",
+                classes="dialog--label", markup=False,
+            )
+            yield Static("Reason — why it was a mistake, Enter to record", classes="dialog--label", markup=False)
+            yield self.text_input("e.g. pressed s on the wrong run", "reason")
+            yield Static("", classes="dialog--error", markup=False)
+            yield Static("Enter records · Esc cancels", classes="dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#reason", Input).focus()
+
+    @on(Input.Submitted, "#reason")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        reason = event.value.strip()
+        if not reason:
+            self._error("Write why it was a mistake: the void records the reason.")
+            return
+        self.dismiss(reason)

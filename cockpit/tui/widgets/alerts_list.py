@@ -1,8 +1,11 @@
-"""Alerts, newest first, the unacknowledged ones marked until someone acknowledges them; the
-snapshot's notices (plan drift, unreadable lines…) follow, dimmed, as things to know."""
+"""Alerts, the unacknowledged ones first (newest first), marked until someone acknowledges them;
+the snapshot's notices (plan drift, unreadable lines…) follow, dimmed, as things to know. A new
+alert takes the selection (so `a` names it) unless the person moved the selection moments ago."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import datetime
 
 from textual.content import Content
@@ -14,6 +17,7 @@ from cockpit.text import escape_control
 from cockpit.tui import format as fmt
 
 AlertKey = tuple[str, int | None]  # (the engine's alert key, seq of the alert event)
+USER_HOLD_SECONDS = 5.0  # a selection the person moved this recently is theirs: a new alert leaves it
 
 
 def alert_ident(alert: AlertView) -> str:
@@ -39,11 +43,43 @@ class AlertsList(OptionList):
     }
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         super().__init__(id=id)
         self._shown: tuple | None = None
         self._alerts: dict[str, AlertView] = {}
         self._acknowledged: set[AlertKey] = set()
+        self._monotonic = monotonic
+        self.moved_by_user_at: float | None = None  # when the person last moved the selection
+
+    def _moved(self) -> None:
+        self.moved_by_user_at = self._monotonic()
+
+    def action_cursor_up(self) -> None:
+        self._moved()
+        super().action_cursor_up()
+
+    def action_cursor_down(self) -> None:
+        self._moved()
+        super().action_cursor_down()
+
+    def action_first(self) -> None:
+        self._moved()
+        super().action_first()
+
+    def action_last(self) -> None:
+        self._moved()
+        super().action_last()
+
+    def action_page_up(self) -> None:
+        self._moved()
+        super().action_page_up()
+
+    def action_page_down(self) -> None:
+        self._moved()
+        super().action_page_down()
+
+    def _user_holds_selection(self) -> bool:
+        return self.moved_by_user_at is not None and self._monotonic() - self.moved_by_user_at < USER_HOLD_SECONDS
 
     def show(self, alerts: tuple[AlertView, ...], notices: tuple[str, ...], now: datetime, acknowledged: set[AlertKey]) -> None:
         """Rebuild the options only when what they say changed; keep the highlighted alert."""
@@ -53,7 +89,15 @@ class AlertsList(OptionList):
         self._shown = state
         self._acknowledged = set(acknowledged)
         highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
+        before = set(self._alerts)
+        alerts = tuple(sorted(alerts, key=self.is_acknowledged_given(acknowledged)))  # stable: newest first within each
         self._alerts = {_option_id(alert_key(a)): a for a in alerts}
+        arrived = [
+            option_id for option_id, a in self._alerts.items()
+            if option_id not in before and not self.is_acknowledged_given(acknowledged)(a)
+        ]
+        if arrived and before and not self._user_holds_selection():
+            highlighted = arrived[0]  # the newest new alert: `a` acknowledges what just arrived
         options: list[Option] = []
         for alert in alerts:
             options.append(Option(self._prompt(alert, now), id=_option_id(alert_key(alert))))
@@ -68,6 +112,10 @@ class AlertsList(OptionList):
             self.highlighted = self.get_option_index(highlighted)
         elif alerts:
             self.highlighted = 0
+
+    @staticmethod
+    def is_acknowledged_given(acknowledged: set[AlertKey]) -> Callable[[AlertView], bool]:
+        return lambda alert: alert.acknowledged or alert_key(alert) in acknowledged
 
     def is_acknowledged(self, alert: AlertView) -> bool:
         return alert.acknowledged or alert_key(alert) in self._acknowledged

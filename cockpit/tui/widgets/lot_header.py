@@ -1,5 +1,7 @@
 """The cockpit's top two lines: which campaign, on which lot (GPU model × count, duration, the lot's
-price, order reference, its end in local time), and how fresh the data on screen is."""
+price, order reference, its end in local time), and how fresh the data on screen is. While a
+lot-window alert is active it takes the second line, in the alert colour: the lot's end cannot
+scroll away below older alerts."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ class LotHeader(TextLines):
         "lot-header--muted",
         "lot-header--warning",
         "lot-header--error",
+        "lot-header--alert",
+        "lot-header--critical",
     }
 
     DEFAULT_CSS = """
@@ -35,6 +39,8 @@ class LotHeader(TextLines):
     LotHeader > .lot-header--muted { color: $text-muted; }
     LotHeader > .lot-header--warning { color: $warning; text-style: bold; }
     LotHeader > .lot-header--error { color: $error; text-style: bold; }
+    LotHeader > .lot-header--alert { color: $cockpit-alert; text-style: bold; }
+    LotHeader > .lot-header--critical { color: $error; text-style: bold; }
     """
 
     def __init__(self, campaign_id: str, question: str | None = None, *, id: str | None = None) -> None:
@@ -45,6 +51,14 @@ class LotHeader(TextLines):
         self._now: datetime | None = None
         self._status: tuple[str, str] = ("waiting for the first sample…", "muted")
         self._pilot_due: datetime | None = None
+        self._window_alert: tuple[str, str, int] | None = None  # (message, severity, how many more)
+
+    def show_window_alert(self, message: str | None, severity: str = "warning", more: int = 0) -> None:
+        """Pin the most urgent lot-window alert on the second line (None: the lot's facts again)."""
+        pinned = None if message is None else (message, severity, more)
+        if pinned != self._window_alert:
+            self._window_alert = pinned
+            self.update_lines()
 
     def show_lot(self, lot: LotView, now: datetime, pilot_due: datetime | None = None) -> None:
         """`pilot_due`: when the pilot decision fell due, while none is recorded."""
@@ -76,7 +90,11 @@ class LotHeader(TextLines):
 
         second = Text(no_wrap=True, overflow="ellipsis", end="")
         lot = self._lot
-        if lot is not None:
+        if self._window_alert is not None:
+            message, severity, more = self._window_alert
+            style = self.component_style("lot-header--critical" if severity == "critical" else "lot-header--alert")
+            second.append("▲ " + escape_control(message) + (f" (+{more} more window alert{'s' if more > 1 else ''})" if more else ""), style)
+        elif lot is not None:
             parts = [
                 f"{lot.gpu_model} ×{lot.gpus}",
                 f"{lot.days} days",
