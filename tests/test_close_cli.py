@@ -115,3 +115,22 @@ def test_close_refuses_a_bad_folder_without_a_traceback(tmp_path):
     assert invalid.returncode == 1 and "[lot]" in invalid.stderr
     assert "Traceback" not in invalid.stderr and invalid.stdout == ""
     assert not (bad / "closing").exists()
+
+
+def test_close_warns_for_a_deliverable_outside_the_campaign_folder(tmp_path):
+    temp = tmp_path / "volatile"
+    scratch = tmp_path / "scratch"
+    camp = make_campaign(
+        tmp_path,
+        deliverable("ctrl/predictions", str(scratch / "ctrl.jsonl"), run="ctrl-r1", expect_ids="data/test_ids.txt"),
+        deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"),
+    )
+    write(scratch, "ctrl.jsonl", predictions(IDS, "pos"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    result = close(camp, temp=temp)
+    said = "".join(result.stdout.split())  # wrapped at 80 columns, long paths broken at their hyphens
+    assert "".join(f"note: deliverable ctrl/predictions: {scratch / 'ctrl.jsonl'} is outside the campaign folder".split()) in said
+    assert said.count("outsidethecampaignfolder") == 1
+    as_json = close(camp, "--json", temp=temp)
+    json.loads(as_json.stdout)
+    assert f"deliverable ctrl/predictions: {scratch / 'ctrl.jsonl'} is outside the campaign folder" in as_json.stderr

@@ -131,3 +131,31 @@ def test_sixty_notes_from_four_processes_at_once(seed_campaign):
     assert sorted(notes) == sorted(f"p{w}-{i}" for w in range(4) for i in range(15))
     assert [e["type"] for e in body["events"]].count("campaign_started") == 1
     assert [e["seq"] for e in body["events"]] == list(range(1, 62))
+
+
+def test_check_refuses_an_id_that_would_lead_outside_the_campaign(cli, seed_campaign):
+    toml = seed_campaign / "campaign.toml"
+    toml.write_text(toml.read_text().replace('id = "resume-test"', 'id = "a/../../../x"', 1).replace('"resume-test"', '"a/../../../x"'))
+    result = cli("check", str(seed_campaign))
+    assert result.returncode == 1, result.stdout
+    assert "[[task]] 'a/../../../x' → id:" in result.stderr and "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_shows_each_path_written_outside_the_campaign_once(cli, seed_campaign, tmp_path):
+    scratch = tmp_path / "scratch"
+    toml = seed_campaign / "campaign.toml"
+    text = toml.read_text().replace(
+        "total_steps = 20000", f'total_steps = 20000\nmetrics = "{scratch}/ctrl-r1/metrics.jsonl"\ncheckpoints = "../ckpt/ctrl-r1"', 1
+    ).replace('path = "out/ctrl-r1/predictions.jsonl"', f'path = "{scratch}/ctrl-r1/predictions.jsonl"')
+    assert text.count(str(scratch)) == 2
+    toml.write_text(text)
+    result = cli("check", str(seed_campaign))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("(outside the campaign folder)") == 3, out
+    assert f"metrics of run ctrl-r1: {scratch}/ctrl-r1/metrics.jsonl (outside the campaign folder)" in out
+    assert f"checkpoints of run ctrl-r1: {tmp_path}/ckpt/ctrl-r1 (outside the campaign folder)" in out
+    assert f"path of deliverable ctrl-r1/predictions: {scratch}/ctrl-r1/predictions.jsonl (outside the campaign folder)" in out
+    plain = cli("check", str(ROOT / "sample_campaigns" / "sentiment-lora"))
+    assert "outside the campaign folder" not in plain.stdout
