@@ -86,3 +86,49 @@ def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monke
     event = ensure_started(campaign, log)
     assert event is not None and event["type"] == "campaign_started" and event["plan"] == campaign.text
     assert ensure_started(campaign, log) is None
+
+
+# ---------------------------------------------------------------- the start comes first, nothing after the close
+
+
+def test_each_recording_starts_the_campaign_in_its_own_write_and_says_so_once(seed_campaign):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    decisions.record_note(campaign, log, "first", source="cli")
+    assert log.start_written is not None and log.start_written["seq"] == 1
+    again = RunLog(seed_campaign)
+    decisions.record_note(campaign, again, "second", source="cli")
+    assert again.start_written is None
+    assert [e["type"] for e in log.read().events] == ["campaign_started", "note", "note"]
+
+
+@pytest.mark.parametrize("record", [
+    lambda c, log: decisions.record_note(c, log, "late", source="cli"),
+    lambda c, log: decisions.record_stop(c, log, "v-r16", reason="late", source="cli"),
+    lambda c, log: decisions.record_decision(c, log, "continue", source="cli"),
+    lambda c, log: decisions.acknowledge(c, log, "nan-loss", "v-r64", source="cli"),
+])
+def test_nothing_is_recorded_after_the_campaign_closed(seed_campaign, record):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    decisions.start(campaign, log)
+    log.append("alert", rule="nan-loss", run="v-r64", message="loss is NaN at step 40")
+    closed = log.append("closed", accepted=0)
+    with pytest.raises(Finding, match=r"the campaign is closed \(closed at .*seq 3\); nothing was recorded"):
+        record(campaign, log)
+    assert log.read().events[-1] == closed
+
+
+def test_require_open_names_the_closing(seed_campaign):
+    log = RunLog(seed_campaign)
+    decisions.require_open(log.replay())  # open: nothing to say
+    log.append("closed", accepted=0)
+    with pytest.raises(Finding, match="closed at"):
+        decisions.require_open(log.replay())
+
+
+def test_a_campaign_closed_before_it_started_is_never_started_afterwards(seed_campaign):
+    from cockpit.runlog import ensure_started
+
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    log.append("closed", accepted=0)
+    assert ensure_started(campaign, log) is None
+    assert [e["type"] for e in log.read().events] == ["closed"]
