@@ -186,13 +186,17 @@ class _GuardedOutput:
         return getattr(self._stream, name)
 
 
-def _output_lost(error: OutputError) -> int:
-    """A closed pipe ends the command quietly with 0; any other failure says so and exits 1. Either
-    way what is still buffered goes to /dev/null, so the interpreter's last flush cannot fail again."""
+def _discard_output() -> None:
+    """What is still buffered for stdout goes to /dev/null: the interpreter's last flush cannot fail."""
     try:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
     except (AttributeError, OSError, ValueError):
         pass
+
+
+def _output_lost(error: OutputError) -> int:
+    """A closed pipe ends the command quietly with 0; any other failure says so and exits 1."""
+    _discard_output()
     if error.error.errno == errno.EPIPE:
         return 0
     try:
@@ -208,11 +212,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().print_help(sys.stderr)
         return 2
     output = sys.stdout
+    if output is None:  # started with stdout closed (`>&-`): print() writes nothing, as Python does
+        return _run(args)
     sys.stdout = _GuardedOutput(output)
     try:
-        return _run(args)
+        code = _run(args)
     finally:
         sys.stdout = output
+    try:
+        output.flush()  # after a refusal, output written before it may still be buffered
+    except (OSError, ValueError):
+        _discard_output()
+    return code
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -223,7 +234,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         handler = getattr(importlib.import_module(module_name), function_name)
         code = int(handler(args) or 0)
-        sys.stdout.flush()  # an output error surfaces here, not in the interpreter's last flush
+        if sys.stdout is not None:
+            sys.stdout.flush()  # an output error surfaces here, not in the interpreter's last flush
         return code
     except OutputError as error:
         return _output_lost(error)

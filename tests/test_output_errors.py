@@ -58,3 +58,11 @@ def test_head_reads_one_line_and_the_command_still_exits_0(args):
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
     )
     assert result.stdout.strip() == "0" and "Traceback" not in result.stderr and "Exception" not in result.stderr, result
+
+
+def test_a_command_started_with_stdout_closed_is_no_internal_error():
+    env = {**os.environ, "COCKPIT_NVML": "off", "NO_COLOR": "1"}
+    for args in (f"plan '{SEED}'", f"plan '{SEED}' --json"):
+        result = subprocess.run(["bash", "-c", f"'{sys.executable}' -m cockpit {args} >&-"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "internal error" not in result.stderr, result
