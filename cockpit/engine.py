@@ -283,7 +283,7 @@ class Engine:
         ]
         # Before the lot starts a window alert (the plan overruns) is planning advice: shown, not logged,
         # since logging it would start the campaign and freeze a plan its author may still be fixing.
-        waiting = [] if reading.started else window
+        waiting = [] if reading.started else [replace(p, fields={**p.fields, "waiting": True}) for p in window]
         pending += window if reading.started else []
         for alert in gpu_snapshot.alerts:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
@@ -499,8 +499,8 @@ class Engine:
             AlertView(
                 rule=str(p.fields.get("rule")), run=p.fields.get("run"),
                 message=f"{p.fields.get('message', '')} " + (
-                    "(NOT RECORDED: the run log could not be written)" if reading.started
-                    else "(not in the run log: the lot has not started)"
+                    "(not in the run log: the lot has not started)" if p.fields.get("waiting")
+                    else "(NOT RECORDED: the run log could not be written)"
                 ),
                 ts=now, seq=None, severity="critical", key=p.key,
             )
