@@ -14,6 +14,7 @@ and conversions: those are pydantic's, in `cockpit.campaign_schema`."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
 
     Money = Decimal  # dollars with whole cents, from "47.14", 47.14 or 110
     PositiveHours = float  # > 0, ≤ MAX_HOURS, finite
-    Identifier = str  # a letter or digit, then letters, digits, . _ / -
+    Identifier = str  # ID_PATTERN: a letter or digit, then up to 63 letters, digits, . _ -
+    DeliverableId = str  # DELIVERABLE_ID_PATTERN: such names joined by /, e.g. "ctrl-r1/predictions"
     LotStart = datetime | None  # a TOML date-time with a zone
     SchemaVersion = int  # SCHEMA
 
@@ -44,11 +46,58 @@ MAX_HOURS = 24 * 3660.0  # ten years: longer than any lot; keeps date arithmetic
 MAX_STEPS = 10**12  # more optimizer steps than any training run takes; keeps rates and ETAs finite
 MAX_GPU_INDEX = 63  # a box holds at most 64 GPUs
 
+# Ids become folder and file names (runs/<run id>/metrics.jsonl): one pattern keeps each id a plain
+# name — no separator, no `..`, no control character — so no path derived from an id leaves the
+# campaign folder. A deliverable id may join a few such names with `/` ("ctrl-r1/predictions").
+ID_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
+ID_PATTERN = rf"^{ID_NAME}$"
+DELIVERABLE_ID_PATTERN = rf"^{ID_NAME}(?:/{ID_NAME}){{0,3}}$"
+ID_RULE = "a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
+_ID = re.compile(ID_PATTERN)
+
 
 def _shown(value: Any, limit: int = 60) -> str:
     """A value as an error message quotes it: never the whole of a 10 MB string."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
+# ---------------------------------------------------------------- paths derived from ids
+
+
+def is_safe_id(value: object) -> bool:
+    """Whether `value` is a plain name by ID_PATTERN (a run, task or stop rule id)."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+def is_inside(directory: str | Path, path: str | Path) -> bool:
+    """Whether `path` (relative paths against `directory`) stays in `directory`, read as written:
+    `..` counts, symbolic links are not followed (a `runs/` linked to a scratch disk is inside)."""
+    base = os.path.normpath(os.path.abspath(directory))
+    full = os.path.normpath(os.path.join(base, path))
+    return os.path.commonpath([base, full]) == base
+
+
+def campaign_path(directory: str | Path, *names: str) -> Path:
+    """`directory/names…` for a path the cockpit derives from ids: each name a plain name, and the
+    whole inside the campaign folder, or ValueError."""
+    for name in names:
+        if not name or name in (".", "..") or "/" in name or "\\" in name or not name.isprintable():
+            raise ValueError(f"{name!r} is not a plain file name: a path derived from it would leave the campaign folder")
+    path = Path(directory).joinpath(*names)
+    if not is_inside(directory, path):
+        raise ValueError(f"{path} is outside the campaign folder {directory}")
+    return path
+
+
+def run_path(directory: str | Path, run_id: str, *names: str) -> Path:
+    """runs/<run id>/names… in the campaign folder; an id that is not a plain name is refused."""
+    if not is_safe_id(run_id):
+        raise ValueError(
+            f"{_shown(run_id)} is not a run id: write {ID_RULE} (the pattern {ID_PATTERN}), e.g. \"ctrl-r1\"; "
+            "a path derived from it could leave the campaign folder"
+        )
+    return campaign_path(directory, "runs", run_id, *names)
 
 
 # ---------------------------------------------------------------- errors
@@ -268,10 +317,11 @@ class Run:
         return sorted(set(self.gpus))
 
     def metrics_path(self, directory: Path) -> Path:
-        return directory / (self.metrics or f"runs/{self.id}/metrics.jsonl")
+        """`metrics` as written (it may point elsewhere on purpose), else runs/<id>/metrics.jsonl."""
+        return directory / self.metrics if self.metrics else run_path(directory, self.id, "metrics.jsonl")
 
     def checkpoints_path(self, directory: Path) -> Path:
-        return directory / (self.checkpoints or f"runs/{self.id}/checkpoints")
+        return directory / self.checkpoints if self.checkpoints else run_path(directory, self.id, "checkpoints")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -344,7 +394,7 @@ class Deliverable:
 
     __pydantic_config__ = _STRICT_KEYS
 
-    id: Identifier
+    id: DeliverableId
     run: str | None = None
     kind: DeliverableKind
     path: Annotated[str, Field(min_length=1)]
@@ -448,6 +498,22 @@ class Campaign:
 
     def deliverable(self, deliverable_id: str) -> Deliverable | None:
         return next((d for d in self.model.deliverables if d.id == deliverable_id), None)
+
+    def outside_paths(self) -> list[tuple[str, Path]]:
+        """(what, path) for each path written in campaign.toml that leads outside the campaign
+        folder — often on purpose (training writes to a scratch disk), but worth seeing; a path
+        named twice is listed once, for its first user."""
+        written: list[tuple[str, str | None]] = []
+        for run in self.model.runs:
+            written += [(f"metrics of run {run.id}", run.metrics), (f"checkpoints of run {run.id}", run.checkpoints)]
+        for deliverable in self.model.deliverables:
+            written += [(f"path of deliverable {deliverable.id}", deliverable.path),
+                        (f"expected ids of deliverable {deliverable.id}", deliverable.expect_ids)]
+        found: dict[Path, str] = {}
+        for what, path in written:
+            if path and not is_inside(self.directory, path):
+                found.setdefault(Path(os.path.normpath(os.path.join(self.directory, path))), what)
+        return [(what, path) for path, what in found.items()]
 
     @property
     def price(self) -> Decimal:

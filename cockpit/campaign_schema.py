@@ -26,6 +26,9 @@ from cockpit import catalog
 from cockpit.campaign import (
     CAMPAIGN_FILE,
     CENT,
+    DELIVERABLE_ID_PATTERN,
+    ID_PATTERN,
+    ID_RULE,
     MAX_HOURS,
     MONEY_DIGITS,
     SCHEMA,
@@ -96,7 +99,8 @@ CONSTRAINED_TYPES: dict[str, Any] = {
     "Field": pydantic.Field,
     "Money": Annotated[Decimal, pydantic.BeforeValidator(_money)],
     "PositiveHours": Annotated[float, pydantic.Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)],
-    "Identifier": Annotated[str, pydantic.Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/\-]*$")],
+    "Identifier": Annotated[str, pydantic.Field(pattern=ID_PATTERN)],
+    "DeliverableId": Annotated[str, pydantic.Field(pattern=DELIVERABLE_ID_PATTERN)],
     "LotStart": Annotated[datetime | None, pydantic.BeforeValidator(_lot_start)],
     "SchemaVersion": Annotated[int, pydantic.AfterValidator(_known_schema)],
 }
@@ -163,10 +167,27 @@ def _place(raw: dict[str, Any], table: str, index: int | None) -> str:
             entry = items[index]
             if isinstance(entry, dict):
                 item_id = entry.get("id") if table != "expense" else entry.get("label")
-        if isinstance(item_id, str) and item_id:
+        if isinstance(item_id, str) and item_id and item_id.isprintable() and len(item_id) <= 80:
             return f"[[{table}]] '{item_id}'"
         return f"[[{table}]] #{(index or 0) + 1}"
     return f"[{table}]" if table else ""
+
+
+_ID_EXAMPLES = {"run": "ctrl-r1", "task": "data-check", "stop_rule": "nan-loss", "": "sentiment-lora-2026-11"}
+
+
+def _id_message(table: str) -> str:
+    """Why an id was refused: ids become folder names (runs/<id>/), so they are plain names."""
+    if table == "deliverable":
+        return (
+            f"must be one to four names joined by '/', each {ID_RULE} (the pattern {ID_PATTERN}), "
+            'e.g. "ctrl-r1/predictions"; no "..", no leading, trailing or doubled "/", no backslash'
+        )
+    example = _ID_EXAMPLES.get(table, "ctrl-r1")
+    return (
+        f"must be {ID_RULE} (the pattern {ID_PATTERN}), e.g. \"{example}\"; "
+        "the cockpit names folders after ids, so an id holds no '/', '\\' or '..'"
+    )
 
 
 def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | None, str | None, str]:
@@ -208,7 +229,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
     elif kind == "enum":
         message = f"must be one of {ctx.get('expected', '').replace(chr(39), '')}{got}"
     elif kind == "string_pattern_mismatch" and key == "id":
-        message = f"must start with a letter or digit and hold only letters, digits, . _ / -{got}"
+        message = _id_message(table) + got
     elif kind == "string_pattern_mismatch" and key == "corpus_sha256":
         message = f"must be 64 hexadecimal digits{got}"
     elif kind == "value_error":

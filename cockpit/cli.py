@@ -8,10 +8,12 @@ act on, 2 for a usage error — never a traceback. Each command's work lives in
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from cockpit import __version__
 from cockpit.errors import Finding, UsageError
@@ -185,18 +187,95 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     return build_tui_parser().parse_args(argv)
 
 
+class OutputError(Exception):
+    """The command's own output could not be written (a full disk, a reader that went away)."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.strerror or str(error))
+        self.error = error
+
+
+class _GuardedOutput:
+    """sys.stdout while a command runs: a write or flush that fails is known to be the output's
+    (an OSError from anything else the command writes stays what it is). Not an OSError itself,
+    so no library on the way (rich ends a broken pipe with exit 1) takes it for its own."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as error:
+            raise OutputError(error) from None
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as error:
+            raise OutputError(error) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _discard_output() -> None:
+    """What is still buffered for stdout goes to /dev/null: the interpreter's last flush cannot fail."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+    except (AttributeError, OSError, ValueError):
+        pass
+
+
+def _output_lost(error: OutputError) -> int:
+    """A closed pipe ends the command quietly with 0; any other failure says so and exits 1."""
+    _discard_output()
+    if error.error.errno == errno.EPIPE:
+        return 0
+    try:
+        print(f"cockpit: cannot write the output: {error}", file=sys.stderr)
+    except OSError:
+        pass
+    return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(list(sys.argv[1:] if argv is None else argv))
     if not getattr(args, "handler", None):
         build_parser().print_help(sys.stderr)
         return 2
+    output = sys.stdout
+    if output is None:  # started with stdout closed (`>&-`): print() writes nothing, as Python does
+        return _run(args)
+    sys.stdout = _GuardedOutput(output)
+    try:
+        code = _run(args)
+    finally:
+        sys.stdout = output
+    try:
+        output.flush()  # after a refusal, output written before it may still be buffered
+    except (OSError, ValueError):
+        _discard_output()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
     from cockpit.campaign import CampaignError
     from cockpit.runlog import RunLogError
 
     module_name, function_name = args.handler.split(":")
     try:
         handler = getattr(importlib.import_module(module_name), function_name)
-        return int(handler(args) or 0)
+        code = int(handler(args) or 0)
+        if sys.stdout is not None:
+            sys.stdout.flush()  # an output error surfaces here, not in the interpreter's last flush
+        return code
+    except OutputError as error:
+        return _output_lost(error)
     except CampaignError as error:
         for finding in error.findings:  # a finding quotes the file: its control characters escaped
             print(escape_control(finding, keep_newlines=True), file=sys.stderr)
@@ -210,9 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:  # `cockpit log | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError as error:  # a closed pipe met outside sys.stdout (a library writing to the fd)
+        return _output_lost(OutputError(error))
     except Exception as error:  # a bug, not bad input: say so plainly, keep the traceback for debugging
         if os.environ.get("COCKPIT_DEBUG"):
             raise

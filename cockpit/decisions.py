@@ -1,17 +1,22 @@
 """Recording a person's decisions — stops, the pilot decision, acceptances, notes, acknowledgements —
 with the same checks whether they come from the command line (`cli`), a key in the TUI (`key`)
 or a stop rule (`auto`). Each function refuses unknown names before anything is written and
-returns the event once it is on disk."""
+returns the event once it is on disk.
+
+Every recording is one locked step (`recording`): refused once the campaign is closed, and the
+campaign's first recording writes `campaign_started` just before its own event, so the run log
+of a started campaign always begins with it. `log.start_written` tells the caller it did."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from cockpit.campaign import Campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, ensure_started
+from cockpit.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, Transaction, ensure_started, start_in
 
 PILOT_DECISIONS = ("continue", "drop-optional", "revise")
 VOIDABLE_NAMES = {"stop": "a stop", "pilot_decision": "a pilot decision", "accepted": "an acceptance", "note": "a note"}
@@ -80,6 +85,46 @@ def start(campaign: Campaign, log: RunLog) -> dict[str, Any] | None:
     return ensure_started(campaign, log)
 
 
+def require_open(state: RecordedState) -> None:
+    """Refuse a recording once the campaign is closed: its closing report stands on the run log as it was."""
+    if state.closed:
+        closed = state.closed[-1]
+        raise Finding(
+            f"the campaign is closed (closed at {closed.get('ts')}, seq {closed.get('seq')}); nothing was recorded. "
+            "Its closing report in closing/ stands on the run log as it was"
+        )
+
+
+class Recording:
+    """A recording's hold on the run log: the state it was checked against, and `append`, whose first
+    call starts the campaign (plan frozen, `campaign_started`) when no recording has yet."""
+
+    def __init__(self, campaign: Campaign, tx: Transaction, events: list[dict[str, Any]]):
+        self.campaign = campaign
+        self.tx = tx
+        self.events = events
+        self.state = RecordedState.from_events(events)
+
+    def append(self, type: str, **fields: Any) -> dict[str, Any]:
+        start_in(self.tx, self.campaign, self.events)  # writes only the first time, and only when not started
+        return self.tx.append(type, **fields)
+
+
+@contextmanager
+def recording(campaign: Campaign, log: RunLog, *, after_close: bool = False) -> Iterator[Recording]:
+    """One locked step for a recording: checked against the run log as it is (closed: refused), then
+    written — the start first when this is the campaign's first recording.
+
+    `after_close`: an acknowledgement or a void is a review of what was recorded, not a new
+    decision; it stays possible after `closed`, so that a closing whose verdict rests on an open
+    alert or a mistaken stop can be corrected and run again."""
+    with log.transaction() as tx:
+        held = Recording(campaign, tx, tx.read().events)
+        if not after_close:
+            require_open(held.state)
+        yield held
+
+
 def record_stop(
     campaign: Campaign,
     log: RunLog,
@@ -104,9 +149,8 @@ def record_stop(
     reason = clean_text(reason, "the reason")
     if rule is None and reason is None:
         raise UsageError("a stop needs a rule id or a free-text reason; nothing was recorded")
-    start(campaign, log)
-    with log.transaction() as tx:  # checked and written under one lock: two stops cannot both pass
-        state = RecordedState.from_events(tx.read().events)  # a voided stop is no stop
+    with recording(campaign, log) as tx:  # checked and written under one lock: two stops cannot both pass
+        state = tx.state  # a voided stop is no stop
         earlier = state.stop_of(run_id)
         if earlier is not None:
             raise Finding(
@@ -147,7 +191,6 @@ def record_decision(
     if decision not in PILOT_DECISIONS:
         raise UsageError(f"a pilot decision is one of {', '.join(PILOT_DECISIONS)} (got {decision!r})")
     note = clean_text(note, "the note")
-    start(campaign, log)
     fields: dict[str, Any] = {"decision": decision, "note": note, "source": source}
     pilot = campaign.model.pilot
     if pilot is not None:
@@ -155,7 +198,8 @@ def record_decision(
         fields["decide_after_hours"] = pilot.decide_after_hours
     if campaign.lot.start is not None:
         fields["lot_hours"] = round((log.clock() - campaign.lot.start).total_seconds() / 3600, 3)
-    return log.append("pilot_decision", **fields)
+    with recording(campaign, log) as tx:
+        return tx.append("pilot_decision", **fields)
 
 
 def record_acceptance(campaign: Campaign, log: RunLog, deliverable_id: str, *, source: str) -> dict[str, Any]:
@@ -167,24 +211,24 @@ def record_acceptance(campaign: Campaign, log: RunLog, deliverable_id: str, *, s
         )
     if not (campaign.directory / deliverable.path).exists():
         raise Finding(f"deliverable '{deliverable.id}': {deliverable.path} does not exist; nothing was recorded")
-    start(campaign, log)
-    return log.append("accepted", deliverable=deliverable.id, run=deliverable.run, path=deliverable.path, source=source)
+    with recording(campaign, log) as tx:
+        return tx.append("accepted", deliverable=deliverable.id, run=deliverable.run, path=deliverable.path, source=source)
 
 
 def record_note(campaign: Campaign, log: RunLog, text: str, *, run_id: str | None = None, source: str) -> dict[str, Any]:
     if run_id is not None:
         require_run(campaign, run_id)
     cleaned = clean_text(text, "the note")
-    start(campaign, log)
-    return log.append("note", run=run_id, text=cleaned, source=source)
+    with recording(campaign, log) as tx:
+        return tx.append("note", run=run_id, text=cleaned, source=source)
 
 
 def acknowledge(
     campaign: Campaign, log: RunLog, rule: str, run_id: str | None, *, source: str, key: str | None = None
 ) -> dict[str, Any]:
     """Acknowledge an open alert — the one with `key`, else the newest of (rule, run); refuse when there is none."""
-    with log.transaction() as tx:
-        active = RecordedState.from_events(tx.read().events).active_alerts
+    with recording(campaign, log, after_close=True) as tx:
+        active = tx.state.active_alerts
         open_alert = next(
             (
                 a for a in reversed(active)
@@ -209,8 +253,8 @@ def record_void(campaign: Campaign, log: RunLog, seq: int, *, reason: str, sourc
     if reason is None:
         raise UsageError("a void needs a reason (--reason TEXT): say why the decision was a mistake; nothing was recorded")
     kinds = ", ".join(VOIDABLE_NAMES.values())
-    with log.transaction() as tx:
-        events = tx.read().events
+    with recording(campaign, log, after_close=True) as tx:
+        events = tx.events
         target = next((e for e in events if e["seq"] == seq), None)
         if target is None:
             last = events[-1]["seq"] if events else 0
@@ -225,8 +269,7 @@ def record_void(campaign: Campaign, log: RunLog, seq: int, *, reason: str, sourc
             raise UsageError(
                 f"seq {seq} is a '{target['type']}' event, not a decision; only {kinds} can be voided; nothing was recorded"
             )
-        state = RecordedState.from_events(events)
-        earlier = next((v for v, taken in state.voided if taken.get("seq") == seq), None)
+        earlier = next((v for v, taken in tx.state.voided if taken.get("seq") == seq), None)
         if earlier is not None:
             raise UsageError(f"seq {seq} was already voided (seq {earlier['seq']}, by {earlier.get('who')}); nothing was recorded")
         return tx.append(

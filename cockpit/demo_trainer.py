@@ -561,8 +561,10 @@ def train(
     settings = settings or Settings()
     state = State.fresh(settings, lr, lr_step_size, lr_gamma)
     trainer = Trainer(state)
-    checkpoints_dir = checkpoints_dir or campaign_dir / "runs" / run_id / "checkpoints"
-    predictions_path = predictions_path or campaign_dir / "out" / run_id / "predictions.jsonl"
+    from cockpit.campaign import campaign_path, run_path
+
+    checkpoints_dir = checkpoints_dir or run_path(campaign_dir, run_id, "checkpoints")
+    predictions_path = predictions_path or campaign_path(campaign_dir, "out", run_id, "predictions.jsonl")
     config = {"run": run_id, "lr": lr, "lr_step_size": lr_step_size, "lr_gamma": lr_gamma,
               "steps": steps, "eval_every": eval_every,
               "checkpoint_every": checkpoint_every, **settings.as_dict()}
@@ -699,7 +701,7 @@ def launch_runs(campaign_dir: str | os.PathLike[str], python: str | None = None)
 
     Each one runs `python -m cockpit.demo_trainer --campaign DIR --run ID ARGS` in the campaign
     folder with COCKPIT_RUN_ID set, its stdout and stderr in runs/<id>/stdout.log."""
-    from cockpit.campaign import load_campaign
+    from cockpit.campaign import load_campaign, run_path
 
     directory = Path(campaign_dir).resolve()
     arguments = demo_run_arguments(directory)
@@ -710,7 +712,7 @@ def launch_runs(campaign_dir: str | os.PathLike[str], python: str | None = None)
                          f"(runs: {', '.join(sorted(known)) or 'none'})")
     processes = []
     for run_id, args in arguments.items():
-        run_dir = directory / "runs" / run_id
+        run_dir = run_path(directory, run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         env = {**_child_env(), RUN_ID_ENV: run_id, "PYTHONUNBUFFERED": "1"}
         command = [python or sys.executable, "-m", "cockpit.demo_trainer", "--campaign", str(directory), "--run", run_id, *args]

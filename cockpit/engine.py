@@ -37,6 +37,7 @@ from cockpit.runlog import (
     iso,
     parse_ts,
     plan_drift,
+    start_in,
     state_dir,
     utc_now,
 )
@@ -253,6 +254,8 @@ class Engine:
             keep, _ = self._to_log(
                 keep, {a.key for a in RecordedState.from_events(events).active_alerts}, _alert_lines(events)
             )
+            if keep:  # an alert is a recording: the run log begins with `campaign_started`
+                start_in(tx, self.campaign, events)
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
                 written.append(tx.append("alert", key=item.key, **fields))
@@ -326,10 +329,14 @@ class Engine:
             for t in triggers
         ]
         pending += self._built_in_alerts(now, recorded, alive, dead, run_pids)
-        pending += [
+        window = [
             _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts
         ]
+        # Before the lot starts a window alert (the plan overruns) is planning advice: shown, not logged,
+        # since logging it would start the campaign and freeze a plan its author may still be fixing.
+        waiting = [] if reading.started else [replace(p, fields={**p.fields, "waiting": True}) for p in window]
+        pending += window if reading.started else []
         for alert in gpu_snapshot.alerts:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
             pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": True}))
@@ -372,7 +379,7 @@ class Engine:
 
         self._unsaved = self._unsaved or changed or bool(triggers)
         self._save(force=bool(triggers))
-        return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded)
+        return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids, [*unrecorded, *waiting])
 
     def _run_failed(self, run_id: str | None, what: str, error: Exception) -> str:
         """Said once as a notice: a bug meeting one run's data costs that part of the tick only."""
@@ -526,10 +533,12 @@ class Engine:
             return
         try:
             with self.log.transaction() as tx:
-                logged |= {(e.get("run"), e.get("metric_ts")) for e in tx.read().events if e["type"] == "run_started"}
+                events = tx.read().events
+                logged |= {(e.get("run"), e.get("metric_ts")) for e in events if e["type"] == "run_started"}
                 for run_id, started in new:
                     ts = _ts_text(started.get("ts"))
                     if (run_id, ts) not in logged:
+                        start_in(tx, self.campaign, events)  # likewise: `campaign_started` first
                         tx.append("run_started", run=run_id, pid=started.get("pid"),
                                   config_sha256=started.get("config_sha256"), metric_ts=ts)
         except RunLogError as error:
@@ -694,7 +703,10 @@ class Engine:
         ) + tuple(
             AlertView(
                 rule=str(p.fields.get("rule")), run=p.fields.get("run"),
-                message=f"{p.fields.get('message', '')} (NOT RECORDED: the run log could not be written)",
+                message=f"{p.fields.get('message', '')} " + (
+                    "(not in the run log: the lot has not started)" if p.fields.get("waiting")
+                    else "(NOT RECORDED: the run log could not be written)"
+                ),
                 ts=now, seq=None, severity="critical", key=p.key,
             )
             for p in unrecorded

@@ -138,8 +138,12 @@ class RunReporter:
         self.run_id = run_id
         self.config = config
         # A relative metrics path resolves against the campaign folder, as in campaign.toml.
-        self.path = (self.campaign_dir / metrics_path) if metrics_path is not None \
-            else self.campaign_dir / "runs" / run_id / "metrics.jsonl"
+        if metrics_path is not None:
+            self.path = self.campaign_dir / metrics_path
+        else:
+            from cockpit.campaign import run_path  # an id such as "a/../x" would write outside the campaign
+
+            self.path = run_path(self.campaign_dir, run_id, "metrics.jsonl")
         self._clock = clock
         self._fd: int | None = None
         self._lock = threading.Lock()

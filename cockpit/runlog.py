@@ -124,6 +124,7 @@ class RunLog:
         self.path = self.directory / RUNLOG_FILE
         self.clock = clock
         self.who = source_user or who()
+        self.start_written: dict[str, Any] | None = None  # the `campaign_started` this writer appended, if it did
 
     # ------------------------------------------------------------ writing
 
@@ -427,16 +428,30 @@ def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
     if is_started(log):
         return None  # the common case, without taking the lock
     with log.transaction() as tx:
-        if any(e["type"] == "campaign_started" for e in tx.read().events):
-            return None
-        plan = _freeze(campaign)
-        return tx.append(
-            "campaign_started",
-            campaign=campaign.id,
-            plan_sha256=hashlib.sha256(plan.encode("utf-8")).hexdigest(),
-            plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
-            plan=plan,
-        )
+        return start_in(tx, campaign)
+
+
+def start_in(tx: Transaction, campaign: Any, events: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """`ensure_started` inside a lock already held: a recording calls it just before its own event,
+    so `campaign_started` is the run log's first event. `events` are the run log's, read under that
+    lock; the new event joins them, so a second call in the same lock writes nothing. A campaign
+    closed before it ever started is not started after its close (a start logged after `closed`
+    would tell a false story); None then, as when it has started already."""
+    if events is None:
+        events = tx.read().events
+    if any(e["type"] in ("campaign_started", "closed") for e in events):
+        return None
+    plan = _freeze(campaign)
+    event = tx.append(
+        "campaign_started",
+        campaign=campaign.id,
+        plan_sha256=hashlib.sha256(plan.encode("utf-8")).hexdigest(),
+        plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
+        plan=plan,
+    )
+    tx._log.start_written = event
+    events.append(event)
+    return event
 
 
 def is_started(log: RunLog) -> bool:

@@ -119,3 +119,68 @@ def test_b200_lot_is_one_price_for_two_gpus():
     b200 = load_campaign(SAMPLES / "b200-week")
     assert b200.lot.gpu_count == 2
     assert [r.gpu_list for r in b200.runs] == [[0], [1], [0, 1]]
+
+
+# ---------------------------------------------------------------- ids stay names, never paths
+
+
+@pytest.mark.parametrize(
+    "old, bad, table",
+    [
+        ('id = "ctrl-r1"\nrole', "a/../../../x", "[[run]]"),
+        ('id = "ctrl-r1"\nrole', "../x", "[[run]]"),
+        ('id = "ctrl-r1"\nrole', "/tmp/x", "[[run]]"),
+        ('id = "ctrl-r1"\nrole', "ctrl\\r1", "[[run]]"),
+        ('id = "ctrl-r1"\nrole', "ctrl\nr1", "[[run]]"),
+        ('id = "ctrl-r1"\nrole', "a" * 65, "[[run]]"),
+        ('id = "setup"', "setup/../..", "[[task]]"),
+        ('id = "nan-loss"', "nan/loss", "[[stop_rule]]"),
+        ('id = "ctrl-r1/predictions"', "ctrl-r1/../predictions", "[[deliverable]]"),
+        ('id = "ctrl-r1/predictions"', "/ctrl-r1/predictions", "[[deliverable]]"),
+        ('id = "ctrl-r1/predictions"', "ctrl-r1//predictions", "[[deliverable]]"),
+        ('id = "ctrl-r1/predictions"', "ctrl-r1/predictions/", "[[deliverable]]"),
+        ('id = "ctrl-r1/predictions"', "ctrl-r1\\predictions", "[[deliverable]]"),
+        ('id = "ctrl-r1/predictions"', "ctrl-r1/\x07predictions", "[[deliverable]]"),
+    ],
+)
+def test_an_id_that_is_not_a_plain_name_is_refused_with_the_pattern_and_an_example(old, bad, table):
+    assert old in SEED, old
+    written = bad.replace("\\", "\\\\").replace("\n", "\\n").replace("\x07", "\\u0007")
+    messages = errors_of(SEED.replace(old, old.replace(old.split('"')[1], written), 1))
+    (message,) = [m for m in messages if "→ id:" in m]
+    assert table in message and repr(bad)[:40] in message
+    assert "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$" in message
+    assert "e.g." in message
+    assert "\n" not in message and "\x07" not in message
+
+
+def test_the_samples_ids_stay_valid():
+    for sample in ("sentiment-lora", "b200-week", "demo"):
+        campaign = load_campaign(SAMPLES / sample)
+        assert campaign.model.deliverables, sample
+    assert load_campaign(SAMPLES / "sentiment-lora").deliverable("ctrl-r1/predictions") is not None
+
+
+def test_every_path_derived_from_an_id_stays_inside_the_campaign_folder(tmp_path):
+    from cockpit.campaign import Role, Run, campaign_path
+
+    run = Run(id="a/../../../x", role=Role.control, hours=1)  # built directly: no validation
+    with pytest.raises(ValueError, match="a/../../../x"):
+        run.metrics_path(tmp_path)
+    with pytest.raises(ValueError, match="leave the campaign folder"):
+        campaign_path(tmp_path, "runs", "..", "..", "x")
+    with pytest.raises(ValueError):
+        campaign_path(tmp_path, "runs", "/etc", "passwd")
+    good = Run(id="ctrl-r1", role=Role.control, hours=1)
+    assert good.metrics_path(tmp_path) == tmp_path / "runs" / "ctrl-r1" / "metrics.jsonl"
+    assert good.checkpoints_path(tmp_path) == tmp_path / "runs" / "ctrl-r1" / "checkpoints"
+    explicit = Run(id="ctrl-r1", role=Role.control, hours=1, metrics="/scratch/ctrl/metrics.jsonl")
+    assert explicit.metrics_path(tmp_path) == Path("/scratch/ctrl/metrics.jsonl")  # written on purpose: kept
+
+
+def test_the_reporter_refuses_a_run_id_that_would_leave_the_campaign(tmp_path):
+    from cockpit.reporter import RunReporter
+
+    with pytest.raises(ValueError, match="run id"):
+        RunReporter(tmp_path, "a/../../../x")
+    assert not (tmp_path.parent / "x").exists()

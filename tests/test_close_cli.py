@@ -154,3 +154,20 @@ def test_a_voided_stop_of_the_finished_control_lets_close_accept_it_again(tmp_pa
     assert "## Voided decisions" in report and "the control had finished; s was a slip" in report
     assert "0.7812 " in report and "0.78123456789" not in report, "4 significant digits in the report"
     assert out["conclusion"]["runs"][0]["value"] == 0.78123456789012345, "full precision in JSON"
+def test_close_warns_for_a_deliverable_outside_the_campaign_folder(tmp_path):
+    temp = tmp_path / "volatile"
+    scratch = tmp_path / "scratch"
+    camp = make_campaign(
+        tmp_path,
+        deliverable("ctrl/predictions", str(scratch / "ctrl.jsonl"), run="ctrl-r1", expect_ids="data/test_ids.txt"),
+        deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"),
+    )
+    write(scratch, "ctrl.jsonl", predictions(IDS, "pos"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    result = close(camp, temp=temp)
+    said = "".join(result.stdout.split())  # wrapped at 80 columns, long paths broken at their hyphens
+    assert "".join(f"note: deliverable ctrl/predictions: {scratch / 'ctrl.jsonl'} is outside the campaign folder".split()) in said
+    assert said.count("outsidethecampaignfolder") == 1
+    as_json = close(camp, "--json", temp=temp)
+    json.loads(as_json.stdout)
+    assert f"deliverable ctrl/predictions: {scratch / 'ctrl.jsonl'} is outside the campaign folder" in as_json.stderr

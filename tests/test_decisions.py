@@ -119,3 +119,59 @@ def test_a_forced_stop_carries_its_flags(seed_campaign):
     assert RunLog(seed_campaign).replay().stops == []
     stop = decisions.record_stop(campaign, log, "ctrl-r1", rule="nan-loss", source="key", finished=True, force=True)
     assert stop["after_finish"] is True and stop["rule_triggered"] is False
+# ---------------------------------------------------------------- the start comes first, nothing after the close
+
+
+def test_each_recording_starts_the_campaign_in_its_own_write_and_says_so_once(seed_campaign):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    decisions.record_note(campaign, log, "first", source="cli")
+    assert log.start_written is not None and log.start_written["seq"] == 1
+    again = RunLog(seed_campaign)
+    decisions.record_note(campaign, again, "second", source="cli")
+    assert again.start_written is None
+    assert [e["type"] for e in log.read().events] == ["campaign_started", "note", "note"]
+
+
+@pytest.mark.parametrize("record", [
+    lambda c, log: decisions.record_note(c, log, "late", source="cli"),
+    lambda c, log: decisions.record_stop(c, log, "v-r16", reason="late", source="cli"),
+    lambda c, log: decisions.record_decision(c, log, "continue", source="cli"),
+])
+def test_nothing_is_recorded_after_the_campaign_closed(seed_campaign, record):
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    decisions.start(campaign, log)
+    log.append("alert", rule="nan-loss", run="v-r64", message="loss is NaN at step 40")
+    closed = log.append("closed", accepted=0)
+    with pytest.raises(Finding, match=r"the campaign is closed \(closed at .*seq 3\); nothing was recorded"):
+        record(campaign, log)
+    assert log.read().events[-1] == closed
+
+
+def test_an_acknowledgement_or_a_void_after_the_close_corrects_it(seed_campaign):
+    """Reviews of what was recorded stay possible after `closed`: a closing rejected for an open
+    alert or a mistaken stop is corrected (ack, void) and run again."""
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    stop = decisions.record_stop(campaign, log, "v-r16", reason="slip", source="cli")
+    log.append("alert", rule="nan-loss", run="v-r64", message="loss is NaN at step 40")
+    log.append("closed", accepted=0)
+    ack = decisions.acknowledge(campaign, log, "nan-loss", "v-r64", source="cli")
+    void = decisions.record_void(campaign, log, stop["seq"], reason="wrong run", source="cli")
+    assert [e["type"] for e in log.read().events][-2:] == ["ack", "void"] and ack["alert_seq"] and void["voided_seq"] == stop["seq"]
+    assert log.replay().active_alerts == [] and log.replay().stops == []
+
+
+def test_require_open_names_the_closing(seed_campaign):
+    log = RunLog(seed_campaign)
+    decisions.require_open(log.replay())  # open: nothing to say
+    log.append("closed", accepted=0)
+    with pytest.raises(Finding, match="closed at"):
+        decisions.require_open(log.replay())
+
+
+def test_a_campaign_closed_before_it_started_is_never_started_afterwards(seed_campaign):
+    from cockpit.runlog import ensure_started
+
+    campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
+    log.append("closed", accepted=0)
+    assert ensure_started(campaign, log) is None
+    assert [e["type"] for e in log.read().events] == ["closed"]

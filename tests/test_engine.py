@@ -657,3 +657,16 @@ def test_an_acknowledged_unreadable_stream_fixed_while_no_cockpit_watched_is_sai
     (seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl").mkdir()
     engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
     assert keys_of(engine.tick()) == [("stream-unreadable", "ctrl-r1")]
+def test_alerts_before_the_lot_starts_wait_for_campaign_started(seed_campaign):
+    toml = seed_campaign / "campaign.toml"
+    toml.write_text(toml.read_text().replace("hours = 12                     # end", "hours = 60 # end", 1))  # the plan overruns
+    clock = Clock(LOT_START - timedelta(hours=2))
+    engine = Engine(load_campaign(seed_campaign), clock=clock, gpus=NoGpus())
+    snapshot = engine.tick()
+    overrun = [a for a in snapshot.alerts if a.key == "lot-window:overrun"]
+    assert overrun and overrun[0].seq is None and "the lot has not started" in overrun[0].message
+    assert RunLog(seed_campaign).read().events == [] and not (seed_campaign / ".cockpit" / "plan.toml").exists()
+    clock.moment = LOT_START + timedelta(minutes=1)
+    engine.tick()
+    types = [e["type"] for e in RunLog(seed_campaign).read().events]
+    assert types[0] == "campaign_started" and "alert" in types

@@ -243,3 +243,68 @@ def test_text_output_never_cuts_a_path_at_its_hyphens(cli, tmp_path, monkeypatch
     result = cli("stop", "--help", env={"COLUMNS": "60"})
     assert "probably a mistake (the run finished cleanly," in " ".join(result.stdout.split())
     assert not any(line.rstrip().endswith("-") for line in result.stdout.splitlines())
+def test_check_refuses_an_id_that_would_lead_outside_the_campaign(cli, seed_campaign):
+    toml = seed_campaign / "campaign.toml"
+    toml.write_text(toml.read_text().replace('id = "resume-test"', 'id = "a/../../../x"', 1).replace('"resume-test"', '"a/../../../x"'))
+    result = cli("check", str(seed_campaign))
+    assert result.returncode == 1, result.stdout
+    assert "[[task]] 'a/../../../x' → id:" in result.stderr and "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_check_shows_each_path_written_outside_the_campaign_once(cli, seed_campaign, tmp_path):
+    scratch = tmp_path / "scratch"
+    toml = seed_campaign / "campaign.toml"
+    text = toml.read_text().replace(
+        "total_steps = 20000", f'total_steps = 20000\nmetrics = "{scratch}/ctrl-r1/metrics.jsonl"\ncheckpoints = "../ckpt/ctrl-r1"', 1
+    ).replace('path = "out/ctrl-r1/predictions.jsonl"', f'path = "{scratch}/ctrl-r1/predictions.jsonl"')
+    assert text.count(str(scratch)) == 2
+    toml.write_text(text)
+    result = cli("check", str(seed_campaign))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("(outside the campaign folder)") == 3, out
+    assert f"metrics of run ctrl-r1: {scratch}/ctrl-r1/metrics.jsonl (outside the campaign folder)" in out
+    assert f"checkpoints of run ctrl-r1: {tmp_path}/ckpt/ctrl-r1 (outside the campaign folder)" in out
+    assert f"path of deliverable ctrl-r1/predictions: {scratch}/ctrl-r1/predictions.jsonl (outside the campaign folder)" in out
+    plain = cli("check", str(ROOT / "sample_campaigns" / "sentiment-lora"))
+    assert "outside the campaign folder" not in plain.stdout
+
+
+def test_the_start_is_announced_by_the_recording_that_wrote_it_only(cli, seed_campaign):
+    from cockpit.campaign import load_campaign
+    from cockpit.runlog import RunLog, ensure_started
+
+    log = RunLog(seed_campaign)
+    log.append("alert", rule="lot-window", run=None, message="an alert of an older cockpit, logged before the start")
+    ensure_started(load_campaign(seed_campaign), log)  # that older cockpit's start, after the alert
+    for text in ("one", "two"):
+        result = cli("note", str(seed_campaign), text)
+        assert result.returncode == 0, result.stderr
+        assert "started" not in result.stdout, result.stdout
+    fresh = seed_campaign.parent / "fresh"
+    fresh.mkdir()
+    (fresh / "campaign.toml").write_text((seed_campaign / "campaign.toml").read_text())
+    said = [cli("note", str(fresh), text).stdout for text in ("one", "two")]
+    assert "started: plan frozen" in said[0] and "started" not in said[1]
+    assert [e["type"] for e in log_events(fresh)["events"]] == ["campaign_started", "note", "note"]
+
+
+def test_recording_commands_refuse_after_the_close(cli, seed_campaign):
+    (seed_campaign / "out").mkdir()
+    (seed_campaign / "out" / "error_analysis.md").write_text("# errors\n")
+    assert cli("note", str(seed_campaign), "before the close").returncode == 0
+    assert cli("close", str(seed_campaign), env={"COCKPIT_TEMP_ROOTS": str(seed_campaign / "volatile")}).returncode in (0, 1)
+    before = log_events(seed_campaign)["events"]
+    closed = [e for e in before if e["type"] == "closed"][-1]
+    for args in (
+        ("note", "after the close"),
+        ("stop", "v-r16", "--reason", "late"),
+        ("decide", "continue"),
+        ("accept", "error-analysis/report"),
+    ):
+        result = cli(args[0], str(seed_campaign), *args[1:])
+        assert result.returncode == 1, (args, result.stdout, result.stderr)
+        assert f"the campaign is closed (closed at {closed['ts']}, seq {closed['seq']}); nothing was recorded" in result.stderr
+        assert "Traceback" not in result.stderr and "started" not in result.stdout
+    assert log_events(seed_campaign)["events"] == before

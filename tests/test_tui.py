@@ -541,10 +541,10 @@ async def test_q_types_in_a_dialog_instead_of_quitting(seed_campaign):
 
 
 async def test_failed_note_write_is_shown_and_nothing_is_pretended(seed_campaign, monkeypatch):
-    def refuse(self, type, **fields):
+    def refuse(self, fd, type, fields):
         raise RunLogError(f"cannot write to {self.path}: Permission denied; nothing was recorded")
 
-    monkeypatch.setattr(RunLog, "append", refuse)
+    monkeypatch.setattr(RunLog, "_append_locked", refuse)  # every write, in or out of a transaction
     app = make_app(seed_campaign)
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)

@@ -29,6 +29,8 @@ def run(args) -> int:
         f"{len(model.stop_rules)} stop rule{'s' if len(model.stop_rules) != 1 else ''}, "
         f"{len(model.deliverables)} deliverable{'s' if len(model.deliverables) != 1 else ''}"
     )
+    for what, path in campaign.outside_paths():  # written so on purpose, often (a scratch disk): said once, not refused
+        print(f"  path      {what}: {path} (outside the campaign folder)")
     for warning in campaign.warnings:
         _print(f"  note: {warning}")
     drift = plan_drift(campaign)

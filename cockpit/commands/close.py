@@ -20,6 +20,8 @@ def run(args) -> int:
     closing = close_campaign(args.dir)
     if args.json:
         sys.stdout.write(summary_json(closing.summary))
+        for warning in _outside(closing):
+            print(f"cockpit: note: {warning}", file=sys.stderr)
     else:
         show(closing)
     if not closing.all_accepted:
@@ -30,6 +32,14 @@ def run(args) -> int:
             file=sys.stderr,
         )
     return closing.exit_code
+
+
+def _outside(closing: Closing) -> list[str]:
+    """Deliverables written outside the campaign folder: they may not travel with it when it is copied off the box."""
+    return [
+        f"{what.removeprefix('path of ')}: {path} is outside the campaign folder; copy it off the box with the campaign folder"
+        for what, path in closing.campaign.outside_paths() if what.startswith("path of deliverable ")
+    ]
 
 
 def _wrap(text: str, indent: int) -> str:
@@ -56,7 +66,7 @@ def show(closing: Closing) -> None:
     else:
         out(f"  already closed with the same content (seq {event.get('seq')}, {event.get('ts')}); files regenerated")
     out(_wrap(s["timing"], 2))
-    for warning in s["warnings"]:
+    for warning in [*s["warnings"], *_outside(closing)]:
         out(_wrap(f"note: {warning}", 2))
 
     out("")

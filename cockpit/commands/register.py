@@ -12,7 +12,7 @@ from typing import Any
 
 from cockpit import decisions
 from cockpit.campaign import Campaign, load_campaign
-from cockpit.runlog import RunLog, is_started, parse_ts, plan_drift
+from cockpit.runlog import RunLog, parse_ts, plan_drift
 from cockpit.text import escape_control, json_safe
 
 SOURCE = "cli"
@@ -24,8 +24,8 @@ def _open(args) -> tuple[Campaign, RunLog]:
     return campaign, RunLog(campaign.directory)
 
 
-def _say_start_and_drift(campaign: Campaign, started: bool) -> None:
-    if started:
+def _say_start_and_drift(campaign: Campaign, log: RunLog) -> None:
+    if log.start_written is not None:  # this command wrote the start, so it says so; later ones do not
         print(escape_control(f"campaign {campaign.id} started: plan frozen in .cockpit/plan.toml (sha256 {campaign.sha256[:12]}…)"))
     drift = plan_drift(campaign)
     if drift:
@@ -39,7 +39,6 @@ def stop(args) -> int:
     decisions.require_run(campaign, args.run)
     if args.rule is not None:
         decisions.require_rule(campaign, args.rule)
-    started = is_started(log)
     track = track_of(campaign, args.run)  # read once: for the last metrics and for the run's pid
     signal = (lambda: terminate_run_of(campaign, args.run, track=track)) if args.signal else None
     finished = track is not None and track.finished is not None and (
@@ -50,7 +49,7 @@ def stop(args) -> int:
         last=last_metrics_of_run(campaign, args.run, track=track), signal=signal,
         finished=finished, force=bool(getattr(args, "force", False)),
     )
-    _say_start_and_drift(campaign, not started)
+    _say_start_and_drift(campaign, log)
     cause = f"rule {args.rule}" if args.rule else f"reason: {event['reason']}"
     print(escape_control(f"recorded: stop of run '{args.run}' ({cause}) — seq {event['seq']} in {log.path.name}"))
     if event.get("after_finish"):
@@ -66,9 +65,8 @@ def stop(args) -> int:
 
 def decide(args) -> int:
     campaign, log = _open(args)
-    started = is_started(log)
     event = decisions.record_decision(campaign, log, args.decision, note=args.note, source=SOURCE)
-    _say_start_and_drift(campaign, not started)
+    _say_start_and_drift(campaign, log)
     print(escape_control(f"recorded: pilot decision '{args.decision}' — seq {event['seq']} in {log.path.name}"))
     if campaign.model.pilot is None:
         print("note: the campaign declares no [pilot]; the decision is recorded without a pilot run", file=sys.stderr)
@@ -77,9 +75,8 @@ def decide(args) -> int:
 
 def accept(args) -> int:
     campaign, log = _open(args)
-    started = is_started(log)
     event = decisions.record_acceptance(campaign, log, args.deliverable, source=SOURCE)
-    _say_start_and_drift(campaign, not started)
+    _say_start_and_drift(campaign, log)
     if event.get("run") and log.replay().stop_of(event["run"]):
         print(
             escape_control(f"note: run '{event['run']}' was stopped; `cockpit close` will not count its deliverable as accepted"),
@@ -91,9 +88,8 @@ def accept(args) -> int:
 
 def note(args) -> int:
     campaign, log = _open(args)
-    started = is_started(log)
     event = decisions.record_note(campaign, log, args.text, run_id=args.run, source=SOURCE)
-    _say_start_and_drift(campaign, not started)
+    _say_start_and_drift(campaign, log)
     print(escape_control(f"recorded: note — seq {event['seq']} in {log.path.name}"))
     return 0
 
@@ -101,6 +97,7 @@ def note(args) -> int:
 def void(args) -> int:
     campaign, log = _open(args)
     event = decisions.record_void(campaign, log, args.seq, reason=args.reason, source=SOURCE)
+    _say_start_and_drift(campaign, log)
     what = decisions.VOIDABLE_NAMES.get(event.get("voided_type"), "the event")
     print(f"recorded: void of seq {args.seq} ({what}) — seq {event['seq']} in {log.path.name}; the run log keeps both")
     return 0

@@ -51,6 +51,7 @@ def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
         if app is not None:
             with app.tick_lock:  # a tick still under way in its thread finishes first
                 engine.close()
+            app.left.set()  # over: the terminal watchdog stands down
         else:
             engine.close()
     return app.return_code or 0

@@ -9,6 +9,7 @@ confirmed on screen only once it is on disk.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import sys
@@ -59,6 +60,8 @@ WINDOW_RULE = "lot-window"  # the lot's window alerts: pinned in the header
 MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
 TOAST_SECONDS = 4.0  # a toast is one line above the footer, gone after a few seconds
 TOAST_SECONDS_ERROR = 10.0  # "NOT recorded" stays a little longer; the alerts list keeps what matters
+TERMINAL_CHECK_SECONDS = 1.0  # the watchdog looks for the terminal this often (one stat)
+EXIT_GRACE_SECONDS = 2.5  # an orderly exit without a terminal gets this long, then the process leaves
 
 SignalRun = Callable[[str], dict[str, Any]]
 Clock = Callable[[], datetime]
@@ -125,6 +128,9 @@ class CockpitApp(App[None]):
         self._previous_alerts: dict[str, int | None] | None = None
         self._acknowledged: set[AlertKey] = set()
         self._startup_notices: list[tuple[str, str]] = []
+        self._terminal: str | None = None
+        self._event_loop: asyncio.AbstractEventLoop | None = None
+        self.left = threading.Event()  # set by whoever runs the app once it is over: the watchdog stands down
 
         # Themes are registered here, before the first CSS pass, so the first frame is already right.
         self.theme_catalog = themes if themes is not None else discover_themes()
@@ -189,7 +195,10 @@ class CockpitApp(App[None]):
         self._runs.focus()
         for message, severity in self._startup_notices:
             self.notify(message, severity=severity, timeout=15, markup=False)  # type: ignore[arg-type]
+        self._event_loop = asyncio.get_running_loop()
         self._terminal = _terminal_path() if not self.is_headless else None
+        if self._terminal is not None:
+            threading.Thread(target=self._watch_terminal, name="cockpit-terminal-watchdog", daemon=True).start()
         self.set_interval(5, self._every_five_seconds, name="freshness")
         self._poll()
 
@@ -249,14 +258,31 @@ class CockpitApp(App[None]):
         self._schedule_poll(min(30.0, self.refresh_seconds * 5))  # back off, then retry
 
     def _every_five_seconds(self) -> None:
-        self._check_terminal()
         self._check_freshness()
 
-    def _check_terminal(self) -> None:
-        """A watchdog: when the SSH session's terminal is gone (and SIGHUP was ignored, e.g. under
-        nohup), leave instead of drawing into nothing for the rest of the lot."""
-        if self._terminal is not None and not os.path.exists(self._terminal):
-            self.exit(return_code=1, message=f"cockpit: the terminal {self._terminal} is gone; leaving")
+    def _check_terminal(self) -> bool:
+        """When the SSH session's terminal is gone (and SIGHUP was ignored, e.g. under nohup), ask the
+        app to leave instead of drawing into nothing for the rest of the lot; True when it is gone.
+        Safe from any thread: the exit is handed to the event loop."""
+        if self._terminal is None or os.path.exists(self._terminal):
+            return False
+        message = f"cockpit: the terminal {self._terminal} is gone; leaving"
+        loop = self._event_loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(partial(self.exit, return_code=1, message=message))
+        return True
+
+    def _watch_terminal(self) -> None:
+        """The watchdog, on its own thread so that an event loop stuck writing to a dead terminal
+        cannot silence it. Textual's own shutdown may block on that terminal for ever (its writer
+        waits on output nobody reads), so an orderly exit gets EXIT_GRACE_SECONDS and then the
+        process leaves at once. Nothing recorded is lost: each run-log event is one fsynced write,
+        complete before the screen confirmed it."""
+        while not self.left.wait(TERMINAL_CHECK_SECONDS):
+            if self._check_terminal():
+                if not self.left.wait(EXIT_GRACE_SECONDS):
+                    os._exit(1)
+                return
 
     def _check_freshness(self) -> None:
         snapshot = self.snapshot
