@@ -1438,17 +1438,24 @@ def close_campaign(
         event = closed[-1] if closed and closed[-1].get("summary_sha256") == content_sha else None
         recorded = event is None
         if event is None:
-            for rejection in body["rejections"]:  # each verdict in the register, then the closing
-                tx.append("rejected", deliverable=rejection["deliverable"], cause=rejection["cause"], source=CLOSE_SOURCE)
-            event = tx.append(
+            # Each verdict in the register, then the closing, as one write and one fsync: a disk
+            # that refuses the last line keeps none of them, so a retry records them once.
+            events: list[tuple[str, dict[str, Any]]] = [
+                ("rejected", {"deliverable": r["deliverable"], "cause": r["cause"], "source": CLOSE_SOURCE})
+                for r in body["rejections"]
+            ]
+            events.append((
                 "closed",
-                accepted=body["accepted"],
-                deliverables=body["deliverables_total"],
-                lot_price_usd=body["lot_price_usd"],
-                cost_per_accepted_usd=body["cost_per_accepted_usd"],
-                summary_sha256=content_sha,
-                folder=f"{CLOSING_DIR}/",
-            )
+                {
+                    "accepted": body["accepted"],
+                    "deliverables": body["deliverables_total"],
+                    "lot_price_usd": body["lot_price_usd"],
+                    "cost_per_accepted_usd": body["cost_per_accepted_usd"],
+                    "summary_sha256": content_sha,
+                    "folder": f"{CLOSING_DIR}/",
+                },
+            ))
+            event = tx.append_many(events)[-1]
     closed_at = parse_ts(event["ts"]) or now
     summary = _with_times(body, campaign, closed_at=closed_at, generated_at=now)
     summary["summary_sha256"] = content_sha

@@ -115,3 +115,16 @@ def test_close_refuses_a_bad_folder_without_a_traceback(tmp_path):
     assert invalid.returncode == 1 and "[lot]" in invalid.stderr
     assert "Traceback" not in invalid.stderr and invalid.stdout == ""
     assert not (bad / "closing").exists()
+
+
+def test_closing_again_with_nothing_new_says_the_campaign_is_closed_and_records_nothing(tmp_path):
+    temp = tmp_path / "volatile"
+    camp = make_campaign(tmp_path, deliverable("preds", "out/preds.jsonl"))
+    first = close(camp, temp=temp)
+    assert first.returncode == 1 and "recorded: closed — seq" in first.stdout
+    before = (camp / "runlog.jsonl").read_bytes()
+    second = close(camp, temp=temp)
+    assert second.returncode == 1
+    assert "the campaign is closed already with the same content" in second.stdout
+    assert "nothing new was recorded" in second.stdout
+    assert (camp / "runlog.jsonl").read_bytes() == before

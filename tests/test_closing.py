@@ -728,3 +728,61 @@ def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measure
     assert resumed == scratch
     assert resumed["ctrl-r1"]["measured_hours"] == 12.0 and resumed["ctrl-r1"]["state"] == "finished (ok)"
     assert resumed["v-r16"]["measured_hours"] == 2.0
+
+
+# ---------------------------------------------------------------- recorded whole or not at all
+
+
+def _closing_events(directory: Path) -> list[dict]:
+    return [e for e in RunLog(directory).read().events if e["type"] in ("closed", "rejected")]
+
+
+def test_a_closing_the_disk_refuses_records_nothing_and_a_retry_records_it_once(tmp_path, monkeypatch):
+    """A nearly full disk takes the small `rejected` lines and refuses the `closed` one: the
+    closing must be one locked append (one write, one fsync) so that nothing of it stays."""
+    import errno
+    import os as os_module
+
+    from cockpit import runlog as runlog_module
+    from cockpit.runlog import RunLogError
+
+    directory = make_campaign(
+        tmp_path, deliverable("preds", "out/preds.jsonl"), deliverable("other", "out/other.csv", kind="other")
+    )
+    ensure_started(load_campaign(directory), RunLog(directory, clock=lambda: LOT_START))
+    real_write, real_fsync = os_module.write, os_module.fsync
+    calls = {"write": 0, "fsync": 0}
+    runlog_path = os_module.path.realpath(directory / "runlog.jsonl")
+
+    def to_runlog(fd) -> bool:
+        return os_module.readlink(f"/proc/self/fd/{fd}") == runlog_path
+
+    def nearly_full(fd, data):
+        if to_runlog(fd):
+            calls["write"] += 1
+            if b'"type":"closed"' in bytes(data):
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    def counted_fsync(fd):
+        calls["fsync"] += to_runlog(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(runlog_module.os, "write", nearly_full)
+    monkeypatch.setattr(runlog_module.os, "fsync", counted_fsync)
+    with pytest.raises(RunLogError, match="the disk is full; nothing was recorded"):
+        close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert _closing_events(directory) == []
+    assert calls == {"write": 1, "fsync": 0}  # one write for the whole closing, refused whole
+    monkeypatch.setattr(runlog_module.os, "write", real_write)
+
+    calls.update(write=0, fsync=0)
+    closing = close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert closing.recorded and calls["fsync"] == 1
+    assert [(e["type"], e.get("deliverable")) for e in _closing_events(directory)] == [
+        ("rejected", "preds"), ("rejected", "other"), ("closed", None)
+    ]
+    seqs = [e["seq"] for e in RunLog(directory).read().events]
+    assert seqs == list(range(1, len(seqs) + 1))
+    again = close_campaign(directory, now=BEFORE_END + timedelta(hours=1), temp_roots=[volatile(tmp_path)])
+    assert not again.recorded and len(_closing_events(directory)) == 3

@@ -44,7 +44,10 @@ def show(closing: Closing) -> None:
     if closing.recorded:
         out(f"  recorded: closed — seq {event.get('seq')} in runlog.jsonl")
     else:
-        out(f"  already closed with the same content (seq {event.get('seq')}, {event.get('ts')}); files regenerated")
+        out(
+            f"  the campaign is closed already with the same content (seq {event.get('seq')}, {event.get('ts')}): "
+            "nothing new was recorded; files regenerated"
+        )
     out(_wrap(s["timing"], 2))
     for warning in s["warnings"]:
         out(_wrap(f"note: {warning}", 2))
