@@ -19,7 +19,7 @@ from cockpit.errors import Finding, UsageError
 __all__ = ["Finding", "UsageError", "main"]
 
 COMMANDS = (
-    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "log",
+    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "ack", "log",
     "verify-resume", "close",
 )
 
@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("text", metavar="TEXT")
     p.add_argument("--run", metavar="RUN")
+
+    p = command("ack", "cockpit.commands.register:ack", "acknowledge an open alert: a person looked at it")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("rule", metavar="RULE", help="a stop rule id or a built-in alert id (lot-window, gpu-lost, run-died, …)")
+    p.add_argument("--run", metavar="RUN", help="the run whose alert it is, when RULE is open on several")
+    p.add_argument("--note", metavar="TEXT", help="what the person found")
 
     p = command("log", "cockpit.commands.register:show_log", "print the run log")
     p.add_argument("dir", metavar="DIR")

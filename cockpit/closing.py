@@ -37,6 +37,7 @@ from cockpit.campaign import Campaign, CampaignError, Deliverable, load_campaign
 from cockpit.metrics import MetricsStream, SavedState, format_value, load_state, seconds_to_datetime, state_file
 from cockpit.runlog import (
     FILE_MODE,
+    AlertRecord,
     FROZEN_PLAN,
     RUNLOG_FILE,
     STATE_DIR,
@@ -105,6 +106,7 @@ FORMATS_BY_SUFFIX = {
 
 CHECK_ORDER = (
     "run_not_stopped",
+    "no_open_alert",
     "not_rejected_by_person",
     "present",
     "not_empty",
@@ -222,6 +224,12 @@ def _sha256_file(path: Path) -> str:
         while chunk := handle.read(HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def open_alert_text(alert: Mapping[str, Any]) -> str:
+    """"open alert: RULE: message", as a rejection cause says it."""
+    message = str(alert.get("message") or "").strip()
+    return f"open alert: {alert.get('rule')}" + (f": {message}" if message else "")
 
 
 def _plural(count: int, word: str, plural: str | None = None) -> str:
@@ -838,6 +846,13 @@ def verify_deliverable(
             )
         else:
             verdict.set("run_not_stopped", True, f"run '{deliverable.run}' was not stopped")
+        # An alert no person looked at may be the reason the output is wrong (a truncated essential
+        # input, a run that died): it stands against the run's deliverables until acknowledged.
+        open_alerts = [a.event for a in state.active_alerts if a.event.get("run") == deliverable.run]
+        if open_alerts:
+            verdict.set("no_open_alert", False, "; ".join(open_alert_text(e) for e in open_alerts))
+        else:
+            verdict.set("no_open_alert", True, f"no open alert on run '{deliverable.run}'")
     person_rejection = next(
         (
             e for e in reversed(state.rejected)
@@ -1302,6 +1317,10 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
     sign = "≥" if direction == "max" else "≤"
     limit = _threshold_text(threshold)
     runs = []
+    open_by_run: dict[str, list[str]] = {}
+    for alert in state.active_alerts:
+        if alert.event.get("run"):
+            open_by_run.setdefault(str(alert.event["run"]), []).append(str(alert.event.get("rule")))
     every_run = [*today.runs, *(r for r in plan.runs if today.run(r.id) is None)]
     for run in every_run:
         measure = measures.get(run.id)
@@ -1311,22 +1330,40 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
             reached = math.isfinite(value) and (value >= threshold if direction == "max" else value <= threshold)
         runs.append({
             "run": run.id, "role": run.role.value, "value": _plain_number(value), "reached": reached,
-            "stopped": state.stop_of(run.id) is not None,
+            "stopped": state.stop_of(run.id) is not None, "open_alerts": open_by_run.get(run.id, []),
         })
     reached = [r["run"] for r in runs if r["reached"]]
     variants = [r for r in runs if r["role"] == "variant"]
-    variants_reached = [r["run"] for r in variants if r["reached"]]
+    # A value no person has looked at behind an open alert (a truncated essential input, a run
+    # that died) is not a result yet: it is named, unconfirmed, until the alert is acknowledged.
+    variants_reached = [r["run"] for r in variants if r["reached"] and not r["open_alerts"]]
+    unconfirmed = [r for r in variants if r["reached"] and r["open_alerts"]]
 
     def shown(row: dict[str, Any]) -> str:
         value = row["value"]
         text = format_value(value) if value is not None else "not reported"
-        return f"{row['run']} {text}" + (" (stopped)" if row["stopped"] else "")
+        alerts = f" (open alert {', '.join(row['open_alerts'])})" if row["open_alerts"] else ""
+        return f"{row['run']} {text}" + (" (stopped)" if row["stopped"] else "") + alerts
+
+    def unconfirmed_text() -> str:
+        values = "; ".join(shown({**r, "open_alerts": []}) for r in unconfirmed)
+        alerts = "; ".join(f"{', '.join(r['open_alerts'])} on {r['run']}" for r in unconfirmed)
+        return (
+            f"{', '.join(r['run'] for r in unconfirmed)} report{'s' if len(unconfirmed) == 1 else ''} "
+            f"{metric} {sign} {limit} ({values}) with open alert {alerts} that no person acknowledged: "
+            "look at it and acknowledge it (`cockpit ack DIR RULE --run RUN`, or `a` in the cockpit) "
+            "before the result stands"
+        )
 
     if variants_reached:
         text = (
             f"{', '.join(variants_reached)} reached {metric} {sign} {limit} "
-            f"({'; '.join(shown(r) for r in variants if r['reached'])})"
+            f"({'; '.join(shown(r) for r in variants if r['run'] in variants_reached)})"
         )
+        if unconfirmed:
+            text += ". Unconfirmed: " + unconfirmed_text()
+    elif unconfirmed:
+        text = "unconfirmed: " + unconfirmed_text()
     elif variants and not any(r["reached"] is not None for r in variants):
         # nothing measured is not a negative result: the campaign cannot say either way
         text = f"inconclusive: no variant reported {metric} ({'; '.join(shown(r) for r in variants)})"
@@ -1351,7 +1388,12 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
     return {
         "metric": metric, "direction": direction, "threshold": threshold, "runs": runs, "reached": reached,
         "variants_reached": variants_reached,
-        "negative": (not variants_reached) if any(r["reached"] is not None for r in variants) else None,
+        "unconfirmed": [r["run"] for r in unconfirmed],
+        "negative": (
+            False if variants_reached
+            else None if unconfirmed or not any(r["reached"] is not None for r in variants)
+            else True
+        ),
         "text": text, "warning": warning,
     }
 
@@ -1606,6 +1648,7 @@ def _body(
             for s in state.stops
         ],
         "notes": [{"run": n.get("run"), "text": n.get("text"), "ts": n.get("ts"), "who": n.get("who")} for n in state.notes],
+        "alerts": [_alert_json(a) for a in state.alerts],
         "accepted_by_person": [
             {"deliverable": e.get("deliverable"), "ts": e.get("ts"), "who": e.get("who"), "verified": _verified(verdicts, e.get("deliverable"))}
             for e in state.accepted
@@ -1615,6 +1658,18 @@ def _body(
         "warnings": warnings,
     }
     return body, verdicts, source
+
+
+def _alert_json(alert: AlertRecord) -> dict[str, Any]:
+    """An alert of the run log for the report: what, when, and who acknowledged it (if anyone)."""
+    event, ack = alert.event, alert.acknowledged or {}
+    return {
+        "rule": event.get("rule"), "run": event.get("run"), "key": alert.key, "message": event.get("message"),
+        "ts": event.get("ts"), "seq": event.get("seq"),
+        "acknowledged": alert.acknowledged is not None,
+        "acknowledged_at": ack.get("ts"), "acknowledged_by": ack.get("who"),
+        "acknowledged_source": ack.get("source"), "note": ack.get("note"),
+    }
 
 
 def _verified(verdicts: list[DeliverableVerdict], deliverable_id: Any) -> bool | None:
@@ -1856,6 +1911,8 @@ def render_report(summary: Mapping[str, Any]) -> str:
         for row in runs:
             value = row["value"] if row["value"] is not None else "not reported"
             reached = {True: "yes", False: "no", None: "—"}[row["reached"]]
+            if row.get("open_alerts"):
+                reached += f" (open alert {', '.join(row['open_alerts'])})"
             lines.append(f"| {row['run']} | {row['role']} | {value} | {reached}{' (stopped)' if row['stopped'] else ''} |")
         lines.append("")
 
@@ -1870,7 +1927,7 @@ def render_report(summary: Mapping[str, Any]) -> str:
         "",
         "Accepted means every announced check passed: present, not empty, no path into a temporary "
         "folder, expected ids present, base revision recorded (adapters), reloads, run not stopped, "
-        "content distinct. The checks decide; an acceptance recorded by a person is shown beside "
+        "no alert on the run that no person acknowledged, content distinct. The checks decide; an acceptance recorded by a person is shown beside "
         "them but is not required. Reload instructions: RELOAD.md; sizes and sha256: manifest.json.",
         "",
         "## Planned vs actual",
@@ -1918,6 +1975,18 @@ def render_report(summary: Mapping[str, Any]) -> str:
             )
     else:
         lines.append("- No run was stopped.")
+    lines += ["", "## Alerts", ""]
+    for a in summary.get("alerts", []):
+        where = f" [{a['run']}]" if a.get("run") else ""
+        message = f": {a['message']}" if a.get("message") else ""
+        if a["acknowledged"]:
+            by = f"acknowledged by {a.get('acknowledged_by') or '?'} ({a.get('acknowledged_source') or '?'}, {_short_ts(a.get('acknowledged_at'))})"
+            by += f": {a['note']}" if a.get("note") else ""
+        else:
+            by = "**not acknowledged**" + (": its run's deliverables are not accepted" if a.get("run") else "")
+        lines.append(f"- {_short_ts(a.get('ts'))}{where} {a['rule']}{message} — {by}")
+    if not summary.get("alerts"):
+        lines.append("- No alert was raised.")
     lines += ["", "## Notes (explained deviations)", ""]
     if summary["notes"]:
         for n in summary["notes"]:

@@ -128,3 +128,28 @@ def test_closing_again_with_nothing_new_says_the_campaign_is_closed_and_records_
     assert "the campaign is closed already with the same content" in second.stdout
     assert "nothing new was recorded" in second.stdout
     assert (camp / "runlog.jsonl").read_bytes() == before
+
+
+def test_close_rejects_a_deliverable_of_a_run_with_an_open_alert_until_cockpit_ack(tmp_path):
+    from cockpit.runlog import RunLog
+
+    temp = tmp_path / "volatile"
+    camp = make_campaign(tmp_path, deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    metrics(camp, "v-r16", 13, 24, 0.83)
+    RunLog(camp).append("alert", rule="truncated-input", run="v-r16", message="essential input doc-991 was truncated")
+
+    result = close(camp, temp=temp)
+    assert result.returncode == 1
+    assert "open alert: truncated-input: essential input doc-991 was truncated" in result.stdout
+    assert f"cockpit ack {camp} truncated-input --run v-r16" in result.stdout
+    assert "reached eval/macro_f1" not in result.stdout.replace("\n", " ")
+    report = (camp / "closing" / "report.md").read_text()
+    assert "## Alerts" in report and "**not acknowledged**" in report
+
+    assert run_cli("ack", str(camp), "truncated-input", "--note", "a title; not essential").returncode == 0
+    result = close(camp, "--json", temp=temp)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["rejections"] == [] and out["conclusion"]["variants_reached"] == ["v-r16"]
+    assert out["alerts"][0]["acknowledged"] is True and out["alerts"][0]["note"] == "a title; not essential"

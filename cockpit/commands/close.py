@@ -6,6 +6,7 @@ Exit 0 when every deliverable is accepted, 1 otherwise; the closing folder is wr
 
 from __future__ import annotations
 
+import shlex
 import sys
 import textwrap
 from typing import Any
@@ -83,6 +84,16 @@ def show(closing: Closing) -> None:
         deviation = f"{row['deviation_hours']:+g}" if row["deviation_hours"] is not None else ""
         label = f"{row['id']} ({row['type']})"
         out(f"  {label[:38]:<38} {planned:>7}  {measured:>8}  {deviation:>9}".rstrip())
+
+    open_alerts = [a for a in s.get("alerts", []) if not a["acknowledged"]]
+    if s.get("alerts"):
+        out("")
+        out(f"alerts: {len(s['alerts'])} raised, {len(open_alerts)} not acknowledged")
+        for alert in open_alerts:
+            where = f" --run {alert['run']}" if alert.get("run") else ""
+            out(_wrap(f"open: {alert['rule']}{' on ' + alert['run'] if alert.get('run') else ''}: {alert.get('message') or ''}".rstrip(": "), 2))
+            out("    once a person looked, acknowledge it:")
+            out(f"    cockpit ack {shlex.quote(str(closing.campaign.directory))} {alert['rule']}{where}")
 
     if s["decisions"] or s["stops"] or s["notes"]:
         out("")
