@@ -17,9 +17,7 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import struct
-import subprocess
 import sys
 import time
 import tomllib
@@ -48,6 +46,7 @@ from cockpit.runlog import (
     parse_ts,
     utc_now,
 )
+from cockpit.subprocesses import run_bounded
 
 CLOSING_DIR = "closing"
 CLOSE_SOURCE = "close"  # the source of the `rejected` events a closing records
@@ -725,34 +724,25 @@ class CommandOutcome:
 
 
 def run_command(argv: Sequence[str], *, cwd: Path, timeout: float) -> CommandOutcome:
-    """Run argv (no shell) with a timeout; the whole process group is killed when time runs out."""
-    started = time.monotonic()
+    """Run argv (no shell) with a timeout. When it exits or its time runs out, everything it
+    started is ended (its session, its group, every descendant, a `setsid` daemon included), and
+    its output is read through bounded buffers: the first STDOUT_KEPT bytes of stdout, the end of
+    each stream (however much it prints, the cockpit's memory stays small)."""
     try:
-        process = subprocess.Popen(
-            list(argv), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        finished = run_bounded(argv, cwd=cwd, timeout=timeout, stdout_head=STDOUT_KEPT)
     except FileNotFoundError:
         return CommandOutcome("not_found", None, 0.0, "")
     except PermissionError:
         return CommandOutcome("not_executable", None, 0.0, "")
     except OSError as error:
         return CommandOutcome("invalid", None, 0.0, error.strerror or str(error))
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            process.kill()
-        out, err = process.communicate()
-        stdout = (out or b"")[:STDOUT_KEPT].decode("utf-8", "replace")
-        return CommandOutcome("timeout", None, time.monotonic() - started, "", stdout)
-    seconds = time.monotonic() - started
-    text = (err or out or b"").decode("utf-8", "replace")
-    tail = text[-OUTPUT_TAIL_CHARS:]
-    stdout = (out or b"")[:STDOUT_KEPT].decode("utf-8", "replace")
-    return CommandOutcome("ok" if process.returncode == 0 else "failed", process.returncode, seconds, tail, stdout)
+    stdout = bytes(finished.stdout.head).decode("utf-8", "replace")
+    if finished.timed_out:
+        return CommandOutcome("timeout", None, finished.seconds, "", stdout)
+    end = finished.stderr.tail if finished.stderr.total else finished.stdout.tail
+    tail = bytes(end[-OUTPUT_TAIL_CHARS * 4:]).decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+    status = "ok" if finished.returncode == 0 else "failed"
+    return CommandOutcome(status, finished.returncode, finished.seconds, tail, stdout)
 
 
 def run_reload_command(command: str, cwd: Path, timeout: float) -> tuple[bool, str]:
