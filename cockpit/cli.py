@@ -22,7 +22,7 @@ from cockpit.text import escape_control
 __all__ = ["Finding", "UsageError", "main"]
 
 COMMANDS = (
-    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "void", "log",
+    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "ack", "void", "log",
     "verify-resume", "close",
 )
 
@@ -149,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR")
     p.add_argument("seq", type=_seq, metavar="SEQ", help="the seq of the event to take back (see `cockpit log DIR`)")
     p.add_argument("--reason", required=True, metavar="TEXT", help="why it was a mistake")
+    p = command("ack", "cockpit.commands.register:ack", "acknowledge an open alert: a person looked at it")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("rule", metavar="RULE", help="a stop rule id or a built-in alert id (lot-window, gpu-lost, run-died, …)")
+    p.add_argument("--run", metavar="RUN", help="the run whose alert it is, when RULE is open on several")
+    p.add_argument("--note", metavar="TEXT", help="what the person found")
 
     p = command("log", "cockpit.commands.register:show_log", "print the run log")
     p.add_argument("dir", metavar="DIR")

@@ -8,23 +8,24 @@ without writing anything. No Textual here: `cockpit close` and the TUI share thi
 
 from __future__ import annotations
 
+import bisect
 import csv
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
 import re
 import shlex
 import shutil
-import signal
 import struct
-import subprocess
 import sys
 import time
 import tomllib
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_UP, Decimal
@@ -38,6 +39,7 @@ from cockpit.metrics import MetricsStream, SavedState, format_value, load_state,
 from cockpit.text import escape_control, json_safe
 from cockpit.runlog import (
     FILE_MODE,
+    AlertRecord,
     FROZEN_PLAN,
     RUNLOG_FILE,
     STATE_DIR,
@@ -48,6 +50,7 @@ from cockpit.runlog import (
     parse_ts,
     utc_now,
 )
+from cockpit.subprocesses import run_bounded
 
 CLOSING_DIR = "closing"
 CLOSE_SOURCE = "close"  # the source of the `rejected` events a closing records
@@ -106,6 +109,7 @@ FORMATS_BY_SUFFIX = {
 
 CHECK_ORDER = (
     "run_not_stopped",
+    "no_open_alert",
     "not_rejected_by_person",
     "present",
     "not_empty",
@@ -225,6 +229,12 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def open_alert_text(alert: Mapping[str, Any]) -> str:
+    """"open alert: RULE: message", as a rejection cause says it."""
+    message = str(alert.get("message") or "").strip()
+    return f"open alert: {alert.get('rule')}" + (f": {message}" if message else "")
+
+
 def _plural(count: int, word: str, plural: str | None = None) -> str:
     return f"{count} {word if count == 1 else (plural or word + 's')}"
 
@@ -308,51 +318,186 @@ class IdsError(Exception):
     """The ids of a file could not be read; the message says why."""
 
 
+class _ContentError(IdsError):
+    """A problem of the file's content (not JSON, no `id`): a file that is not UTF-8 says that first."""
+
+
+ID_CHUNK_BYTES = 1 << 22  # a file's ids are read 4 MiB at a time, cut at a line feed
+ID_BATCH_ROWS = 100_000  # rows of a CSV handed on at once
+MISSING_SET_MAX = 2_000_000  # missing ids looked up through one set (else through sorted arrays)
+
+try:  # a C parser for the common JSON Lines record; any line it refuses is parsed again by `json`
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - orjson is a dependency
+    _orjson = None
+
+
 def read_ids(path: Path) -> list[str]:
     """The ids a file lists: JSON Lines objects with `id`, a CSV/TSV with an `id` column, a JSON
     list (of ids or of objects with `id`), or a plain list, one id a line (blank lines and
     `#` comments skipped)."""
+    return [identifier for batch in iter_id_batches(path) for identifier in batch]
+
+
+def iter_id_batches(path: Path) -> Iterator[list[str]]:
+    """The ids of `read_ids`, streamed in batches: JSON Lines, CSV and plain lists are read a chunk
+    at a time (memory stays flat for 10 million ids); a JSON document is read whole. The errors are
+    those of reading the whole file first: one that is not UTF-8 says so, wherever the first bad
+    byte is."""
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        yield _json_document_ids(path)
+        return
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            yield from _jsonl_batches(path)
+        elif suffix in (".csv", ".tsv"):
+            yield from _csv_batches(path, "\t" if suffix == ".tsv" else ",")
+        else:
+            for text in _decoded_chunks(path):
+                if text.isascii() and not any(mark in text for mark in _PLAIN_SPECIAL):  # nothing to strip: split in C
+                    ids = list(filter(None, text.split("\n")))
+                else:
+                    ids = [line for line in map(str.strip, text.splitlines()) if line and line[0] != "#"]
+                if ids:
+                    yield ids
+    except _ContentError as error:
+        raise _utf8_problem(path) or IdsError(str(error)) from None
+
+
+# In ASCII text, the blank space other than the line feed (what str.strip and str.splitlines act
+# on) and the comment mark: a chunk without any is split on line feeds and kept as it is.
+_PLAIN_SPECIAL = (" ", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "#")
+
+
+def _decoded_chunks(path: Path) -> Iterator[str]:
+    """The file as UTF-8 text (a leading BOM dropped), in pieces that end at a line feed; a bad byte
+    is named by its offset as decoding the whole file would name it."""
+    offset = 0  # of the next piece, after the BOM
+    first = True
+    try:
+        with open(path, "rb") as handle:
+            pending: list[bytes] = []
+            while True:
+                block = handle.read(ID_CHUNK_BYTES)
+                cut = block.rfind(b"\n") + 1 if block else len(block)
+                if block and cut == 0:
+                    pending.append(block)  # one line longer than a chunk: keep it whole
+                    continue
+                piece = b"".join(pending) + block[:cut] if block else b"".join(pending)
+                pending = [block[cut:]] if block and cut < len(block) else []
+                if first and piece.startswith(b"\xef\xbb\xbf"):
+                    piece = piece[3:]
+                first = False
+                if piece:
+                    try:
+                        yield piece.decode("utf-8")
+                    except UnicodeDecodeError as error:
+                        raise IdsError(f"{path.name} is not UTF-8 text (byte {offset + error.start})") from None
+                    offset += len(piece)
+                if not block:
+                    return
+    except OSError as error:
+        raise IdsError(f"{path.name} cannot be read: {error.strerror}") from None
+
+
+def _utf8_problem(path: Path) -> IdsError | None:
+    """The error decoding the whole file would give, if any (read once more, a chunk at a time)."""
+    try:
+        for _ in _decoded_chunks(path):
+            pass
+    except IdsError as error:
+        return error
+    return None
+
+
+def _jsonl_batches(path: Path) -> Iterator[list[str]]:
+    number = 0  # lines before the chunk, as str.splitlines() counts them
+    for text in _decoded_chunks(path):
+        lines = text.splitlines()
+        ids = _jsonl_fast(lines)
+        if ids is None:
+            ids = _jsonl_exact(lines, number, path.name)
+        number += len(lines)
+        if ids:
+            yield ids
+
+
+def _jsonl_fast(lines: list[str]) -> list[str] | None:
+    """The ids of plain `{"id": …}` lines through orjson, or None: then `json` decides, line by line."""
+    if _orjson is None:
+        return None
+    try:
+        ids = [record["id"] for record in map(_orjson.loads, filter(str.strip, lines))]
+    except (ValueError, TypeError, KeyError):  # orjson.JSONDecodeError is a ValueError
+        return None
+    kinds = set(map(type, ids))
+    if kinds <= {str}:
+        return ids
+    if kinds <= {str, int}:
+        return [i if type(i) is str else str(i) for i in ids]
+    return None
+
+
+def _jsonl_exact(lines: list[str], before: int, name: str) -> list[str]:
+    ids = []
+    for number, line in enumerate(lines, start=before + 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            raise _ContentError(f"{name} line {number} is not JSON") from None
+        try:
+            ids.append(_id_of(record, f"{name} line {number}"))
+        except IdsError as error:
+            raise _ContentError(str(error)) from None
+    return ids
+
+
+def _csv_batches(path: Path, delimiter: str) -> Iterator[list[str]]:
+    """The `id` column, as csv.DictReader gives it: the last column of that exact name, a short row
+    without it skipped, like an empty value."""
+    lines = itertools.chain.from_iterable(io.StringIO(text, newline="") for text in _decoded_chunks(path))
+    reader = csv.reader(lines, delimiter=delimiter)
+    try:
+        header = next(reader, None)
+        if not header or "id" not in [f.strip() for f in header]:
+            raise _ContentError(f"{path.name} has no `id` column (columns: {', '.join(header or []) or 'none'})")
+        column = next(f for f in header if f.strip() == "id")
+        index = max(i for i, f in enumerate(header) if f == column)
+        batch: list[str] = []
+        for row in reader:
+            if index < len(row) and row[index] != "":
+                batch.append(row[index].strip())
+                if len(batch) >= ID_BATCH_ROWS:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+    except csv.Error as error:
+        raise _ContentError(f"{path.name} is not valid CSV: {error}") from None
+
+
+def _json_document_ids(path: Path) -> list[str]:
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise IdsError(f"{path.name} is not UTF-8 text (byte {error.start})") from None
     except OSError as error:
         raise IdsError(f"{path.name} cannot be read: {error.strerror}") from None
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        ids = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                raise IdsError(f"{path.name} line {number} is not JSON") from None
-            ids.append(_id_of(record, f"{path.name} line {number}"))
-        return ids
-    if suffix in (".csv", ".tsv"):
-        reader = csv.DictReader(io.StringIO(text, newline=""), delimiter="\t" if suffix == ".tsv" else ",")
-        try:
-            if not reader.fieldnames or "id" not in [f.strip() for f in reader.fieldnames]:
-                raise IdsError(f"{path.name} has no `id` column (columns: {', '.join(reader.fieldnames or []) or 'none'})")
-            column = next(f for f in reader.fieldnames if f.strip() == "id")
-            return [row[column].strip() for row in reader if row.get(column) not in (None, "")]
-        except csv.Error as error:
-            raise IdsError(f"{path.name} is not valid CSV: {error}") from None
-    if suffix == ".json":
-        try:
-            document = json.loads(text)
-        except ValueError:
-            raise IdsError(f"{path.name} is not JSON") from None
-        if isinstance(document, dict):
-            rows = document.get("predictions", document.get("ids"))
-            if not isinstance(rows, list):
-                raise IdsError(f"{path.name} holds an object without a list of `predictions` or `ids`")
-            document = rows
-        if not isinstance(document, list):
-            raise IdsError(f"{path.name} holds no list of ids")
-        return [_id_of(item, path.name) for item in document]
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise IdsError(f"{path.name} is not JSON") from None
+    if isinstance(document, dict):
+        rows = document.get("predictions", document.get("ids"))
+        if not isinstance(rows, list):
+            raise IdsError(f"{path.name} holds an object without a list of `predictions` or `ids`")
+        document = rows
+    if not isinstance(document, list):
+        raise IdsError(f"{path.name} holds no list of ids")
+    return [_id_of(item, path.name) for item in document]
 
 
 def _id_of(record: Any, where: str) -> str:
@@ -373,6 +518,74 @@ def missing_ids(expected: Sequence[str], present: Iterable[str]) -> list[str]:
             missing.append(identifier)
         seen.add(identifier)
     return missing
+
+
+# An id is kept as its 64-bit hash (8 bytes in an array, not a 60-byte str in a set), in 256
+# buckets by the hash's low byte, so that one bucket at a time becomes a set: 10 million ids on
+# each side fit in about 200 MB, and every step runs in C (sort by bucket, slices, sets). Two
+# different ids are taken for one only if their hashes collide (odds about n² / 2⁶⁴: 5 in a
+# million for 10 million ids).
+BUCKETS = 256
+_bucket_of = (BUCKETS - 1).__and__
+
+
+class HashedIds:
+    """A multiset of ids reduced to their hashes, partitioned by the hash's low byte. Each bucket
+    is a list of small arrays, one a batch: nothing is copied to grow, nothing over-allocated."""
+
+    def __init__(self) -> None:
+        self.buckets: list[list[array]] = [[] for _ in range(BUCKETS)]
+        self.count = 0
+
+    def add(self, ids: Iterable[str]) -> None:
+        hashes = sorted(map(hash, ids), key=_bucket_of)  # a stable sort on a one-byte key: cheap
+        packed = array("q", hashes)
+        self.count += len(hashes)
+        start = 0
+        for bucket in range(BUCKETS):
+            end = bisect.bisect_right(hashes, bucket, lo=start, key=_bucket_of)
+            if end > start:
+                self.buckets[bucket].append(packed[start:end])
+                start = end
+
+
+def compare_hashed(expected: HashedIds, present: HashedIds) -> tuple[int, list[array]]:
+    """(distinct expected ids, the hashes of the distinct missing ones by bucket), emptying both."""
+    unique = 0
+    missing: list[array] = []
+    for bucket in range(BUCKETS):
+        wanted = set(itertools.chain.from_iterable(expected.buckets[bucket]))
+        expected.buckets[bucket] = []
+        unique += len(wanted)
+        for piece in present.buckets[bucket]:
+            wanted.difference_update(piece)
+        present.buckets[bucket] = []
+        missing.append(array("q", sorted(wanted)))
+    return unique, missing
+
+
+def first_missing(path: Path, missing: list[array], limit: int = IDS_SHOWN) -> list[str]:
+    """The first `limit` distinct missing ids in the expected file's order (a second reading)."""
+    total = sum(len(b) for b in missing)
+    found: list[str] = []
+    limit = min(limit, total)  # all of them found: the rest of the file need not be read
+    if total == 0:
+        return found
+    if total <= MISSING_SET_MAX:
+        wanted = set(itertools.chain.from_iterable(missing))
+        hit = wanted.__contains__
+    else:
+        def hit(value: int) -> bool:
+            bucket = missing[_bucket_of(value)]
+            at = bisect.bisect_left(bucket, value)
+            return at < len(bucket) and bucket[at] == value
+    for batch in iter_id_batches(path):
+        for identifier in itertools.compress(batch, map(hit, map(hash, batch))):
+            if identifier not in found:
+                found.append(identifier)
+                if len(found) >= limit:
+                    return found
+    return found
 
 
 # ---------------------------------------------------------------- reloading by type
@@ -728,34 +941,25 @@ class CommandOutcome:
 
 
 def run_command(argv: Sequence[str], *, cwd: Path, timeout: float) -> CommandOutcome:
-    """Run argv (no shell) with a timeout; the whole process group is killed when time runs out."""
-    started = time.monotonic()
+    """Run argv (no shell) with a timeout. When it exits or its time runs out, everything it
+    started is ended (its session, its group, every descendant, a `setsid` daemon included), and
+    its output is read through bounded buffers: the first STDOUT_KEPT bytes of stdout, the end of
+    each stream (however much it prints, the cockpit's memory stays small)."""
     try:
-        process = subprocess.Popen(
-            list(argv), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        finished = run_bounded(argv, cwd=cwd, timeout=timeout, stdout_head=STDOUT_KEPT)
     except FileNotFoundError:
         return CommandOutcome("not_found", None, 0.0, "")
     except PermissionError:
         return CommandOutcome("not_executable", None, 0.0, "")
     except OSError as error:
         return CommandOutcome("invalid", None, 0.0, error.strerror or str(error))
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            process.kill()
-        out, err = process.communicate()
-        stdout = (out or b"")[:STDOUT_KEPT].decode("utf-8", "replace")
-        return CommandOutcome("timeout", None, time.monotonic() - started, "", stdout)
-    seconds = time.monotonic() - started
-    text = (err or out or b"").decode("utf-8", "replace")
-    tail = text[-OUTPUT_TAIL_CHARS:]
-    stdout = (out or b"")[:STDOUT_KEPT].decode("utf-8", "replace")
-    return CommandOutcome("ok" if process.returncode == 0 else "failed", process.returncode, seconds, tail, stdout)
+    stdout = bytes(finished.stdout.head).decode("utf-8", "replace")
+    if finished.timed_out:
+        return CommandOutcome("timeout", None, finished.seconds, "", stdout)
+    end = finished.stderr.tail if finished.stderr.total else finished.stdout.tail
+    tail = bytes(end[-OUTPUT_TAIL_CHARS * 4:]).decode("utf-8", "replace")[-OUTPUT_TAIL_CHARS:]
+    status = "ok" if finished.returncode == 0 else "failed"
+    return CommandOutcome(status, finished.returncode, finished.seconds, tail, stdout)
 
 
 def run_reload_command(command: str, cwd: Path, timeout: float) -> tuple[bool, str]:
@@ -849,6 +1053,13 @@ def verify_deliverable(
             )
         else:
             verdict.set("run_not_stopped", True, f"run '{deliverable.run}' was not stopped")
+        # An alert no person looked at may be the reason the output is wrong (a truncated essential
+        # input, a run that died): it stands against the run's deliverables until acknowledged.
+        open_alerts = [a.event for a in state.active_alerts if a.event.get("run") == deliverable.run]
+        if open_alerts:
+            verdict.set("no_open_alert", False, "; ".join(open_alert_text(e) for e in open_alerts))
+        else:
+            verdict.set("no_open_alert", True, f"no open alert on run '{deliverable.run}'")
     person_rejection = next(
         (
             e for e in reversed(state.rejected)
@@ -952,8 +1163,10 @@ def _check_ids(verdict: DeliverableVerdict, campaign: Campaign, path: Path) -> N
     if not expect_path.is_file():
         verdict.set("expected_ids", False, f"the expected-ids file {shown} does not exist")
         return
+    expected = HashedIds()
     try:
-        expected = read_ids(expect_path)
+        for batch in iter_id_batches(expect_path):
+            expected.add(batch)
     except IdsError as error:
         verdict.set("expected_ids", False, f"the expected-ids file cannot be read: {error}")
         return
@@ -963,18 +1176,25 @@ def _check_ids(verdict: DeliverableVerdict, campaign: Campaign, path: Path) -> N
     if path.suffix.lower() not in (".jsonl", ".ndjson", ".csv", ".tsv", ".json", ".txt", ".ids", ""):
         verdict.set("expected_ids", False, f"expected ids cannot be checked in a '{path.suffix}' file (JSON Lines, CSV or a plain id list)")
         return
+    present = HashedIds()
     try:
-        present = read_ids(path)
+        for batch in iter_id_batches(path):
+            present.add(batch)
     except IdsError as error:
         verdict.set("expected_ids", False, f"ids cannot be read from the deliverable: {error}")
         return
-    missing = missing_ids(expected, present)
-    unique_expected = len(dict.fromkeys(expected))
-    if missing:
-        shown_ids = ", ".join(missing[:IDS_SHOWN]) + (", …" if len(missing) > IDS_SHOWN else "")
+    unique_expected, missing = compare_hashed(expected, present)
+    missing_count = sum(len(bucket) for bucket in missing)
+    if missing_count:
+        try:
+            names = first_missing(expect_path, missing)
+        except IdsError as error:  # changed since it was read a moment ago
+            verdict.set("expected_ids", False, f"the expected-ids file cannot be read: {error}")
+            return
+        shown_ids = ", ".join(names) + (", …" if missing_count > IDS_SHOWN else "")
         verdict.set(
             "expected_ids", False,
-            f"{len(missing)} of {unique_expected} expected ids are missing (e.g. {shown_ids})",
+            f"{missing_count} of {unique_expected} expected ids are missing (e.g. {shown_ids})",
         )
     else:
         verdict.set("expected_ids", True, f"all {unique_expected} expected ids are present")
@@ -1313,6 +1533,10 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
     sign = "≥" if direction == "max" else "≤"
     limit = _threshold_text(threshold)
     runs = []
+    open_by_run: dict[str, list[str]] = {}
+    for alert in state.active_alerts:
+        if alert.event.get("run"):
+            open_by_run.setdefault(str(alert.event["run"]), []).append(str(alert.event.get("rule")))
     every_run = [*today.runs, *(r for r in plan.runs if today.run(r.id) is None)]
     for run in every_run:
         measure = measures.get(run.id)
@@ -1322,22 +1546,40 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
             reached = math.isfinite(value) and (value >= threshold if direction == "max" else value <= threshold)
         runs.append({
             "run": run.id, "role": run.role.value, "value": _plain_number(value), "reached": reached,
-            "stopped": state.stop_of(run.id) is not None,
+            "stopped": state.stop_of(run.id) is not None, "open_alerts": open_by_run.get(run.id, []),
         })
     reached = [r["run"] for r in runs if r["reached"]]
     variants = [r for r in runs if r["role"] == "variant"]
-    variants_reached = [r["run"] for r in variants if r["reached"]]
+    # A value no person has looked at behind an open alert (a truncated essential input, a run
+    # that died) is not a result yet: it is named, unconfirmed, until the alert is acknowledged.
+    variants_reached = [r["run"] for r in variants if r["reached"] and not r["open_alerts"]]
+    unconfirmed = [r for r in variants if r["reached"] and r["open_alerts"]]
 
     def shown(row: dict[str, Any]) -> str:
         value = row["value"]
         text = format_value(value) if value is not None else "not reported"
-        return f"{row['run']} {text}" + (" (stopped)" if row["stopped"] else "")
+        alerts = f" (open alert {', '.join(row['open_alerts'])})" if row["open_alerts"] else ""
+        return f"{row['run']} {text}" + (" (stopped)" if row["stopped"] else "") + alerts
+
+    def unconfirmed_text() -> str:
+        values = "; ".join(shown({**r, "open_alerts": []}) for r in unconfirmed)
+        alerts = "; ".join(f"{', '.join(r['open_alerts'])} on {r['run']}" for r in unconfirmed)
+        return (
+            f"{', '.join(r['run'] for r in unconfirmed)} report{'s' if len(unconfirmed) == 1 else ''} "
+            f"{metric} {sign} {limit} ({values}) with open alert {alerts} that no person acknowledged: "
+            "look at it and acknowledge it (`cockpit ack DIR RULE --run RUN`, or `a` in the cockpit) "
+            "before the result stands"
+        )
 
     if variants_reached:
         text = (
             f"{', '.join(variants_reached)} reached {metric} {sign} {limit} "
-            f"({'; '.join(shown(r) for r in variants if r['reached'])})"
+            f"({'; '.join(shown(r) for r in variants if r['run'] in variants_reached)})"
         )
+        if unconfirmed:
+            text += ". Unconfirmed: " + unconfirmed_text()
+    elif unconfirmed:
+        text = "unconfirmed: " + unconfirmed_text()
     elif variants and not any(r["reached"] is not None for r in variants):
         # nothing measured is not a negative result: the campaign cannot say either way
         text = f"inconclusive: no variant reported {metric} ({'; '.join(shown(r) for r in variants)})"
@@ -1362,7 +1604,12 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
     return {
         "metric": metric, "direction": direction, "threshold": threshold, "runs": runs, "reached": reached,
         "variants_reached": variants_reached,
-        "negative": (not variants_reached) if any(r["reached"] is not None for r in variants) else None,
+        "unconfirmed": [r["run"] for r in unconfirmed],
+        "negative": (
+            False if variants_reached
+            else None if unconfirmed or not any(r["reached"] is not None for r in variants)
+            else True
+        ),
         "text": text, "warning": warning,
     }
 
@@ -1449,17 +1696,24 @@ def close_campaign(
         event = closed[-1] if closed and closed[-1].get("summary_sha256") == content_sha else None
         recorded = event is None
         if event is None:
-            for rejection in body["rejections"]:  # each verdict in the register, then the closing
-                tx.append("rejected", deliverable=rejection["deliverable"], cause=rejection["cause"], source=CLOSE_SOURCE)
-            event = tx.append(
+            # Each verdict in the register, then the closing, as one write and one fsync: a disk
+            # that refuses the last line keeps none of them, so a retry records them once.
+            events: list[tuple[str, dict[str, Any]]] = [
+                ("rejected", {"deliverable": r["deliverable"], "cause": r["cause"], "source": CLOSE_SOURCE})
+                for r in body["rejections"]
+            ]
+            events.append((
                 "closed",
-                accepted=body["accepted"],
-                deliverables=body["deliverables_total"],
-                lot_price_usd=body["lot_price_usd"],
-                cost_per_accepted_usd=body["cost_per_accepted_usd"],
-                summary_sha256=content_sha,
-                folder=f"{CLOSING_DIR}/",
-            )
+                {
+                    "accepted": body["accepted"],
+                    "deliverables": body["deliverables_total"],
+                    "lot_price_usd": body["lot_price_usd"],
+                    "cost_per_accepted_usd": body["cost_per_accepted_usd"],
+                    "summary_sha256": content_sha,
+                    "folder": f"{CLOSING_DIR}/",
+                },
+            ))
+            event = tx.append_many(events)[-1]
     closed_at = parse_ts(event["ts"]) or now
     summary = _with_times(body, campaign, closed_at=closed_at, generated_at=now)
     summary["summary_sha256"] = content_sha
@@ -1610,6 +1864,7 @@ def _body(
             for s in state.stops
         ],
         "notes": [{"run": n.get("run"), "text": n.get("text"), "ts": n.get("ts"), "who": n.get("who")} for n in state.notes],
+        "alerts": [_alert_json(a) for a in state.alerts],
         "accepted_by_person": [
             {"deliverable": e.get("deliverable"), "ts": e.get("ts"), "who": e.get("who"), "verified": _verified(verdicts, e.get("deliverable"))}
             for e in state.accepted
@@ -1626,6 +1881,18 @@ def _body(
         "warnings": warnings,
     }
     return body, verdicts, source
+
+
+def _alert_json(alert: AlertRecord) -> dict[str, Any]:
+    """An alert of the run log for the report: what, when, and who acknowledged it (if anyone)."""
+    event, ack = alert.event, alert.acknowledged or {}
+    return {
+        "rule": event.get("rule"), "run": event.get("run"), "key": alert.key, "message": event.get("message"),
+        "ts": event.get("ts"), "seq": event.get("seq"),
+        "acknowledged": alert.acknowledged is not None,
+        "acknowledged_at": ack.get("ts"), "acknowledged_by": ack.get("who"),
+        "acknowledged_source": ack.get("source"), "note": ack.get("note"),
+    }
 
 
 def _verified(verdicts: list[DeliverableVerdict], deliverable_id: Any) -> bool | None:
@@ -1867,6 +2134,8 @@ def render_report(summary: Mapping[str, Any]) -> str:
         for row in runs:
             value = _significant(row["value"]) if row["value"] is not None else "not reported"
             reached = {True: "yes", False: "no", None: "—"}[row["reached"]]
+            if row.get("open_alerts"):
+                reached += f" (open alert {', '.join(row['open_alerts'])})"
             lines.append(f"| {row['run']} | {row['role']} | {value} | {reached}{' (stopped)' if row['stopped'] else ''} |")
         lines.append("")
 
@@ -1881,7 +2150,7 @@ def render_report(summary: Mapping[str, Any]) -> str:
         "",
         "Accepted means every announced check passed: present, not empty, no path into a temporary "
         "folder, expected ids present, base revision recorded (adapters), reloads, run not stopped, "
-        "content distinct. The checks decide; an acceptance recorded by a person is shown beside "
+        "no alert on the run that no person acknowledged, content distinct. The checks decide; an acceptance recorded by a person is shown beside "
         "them but is not required. Reload instructions: RELOAD.md; sizes and sha256: manifest.json.",
         "",
         "## Planned vs actual",
@@ -1929,6 +2198,18 @@ def render_report(summary: Mapping[str, Any]) -> str:
             )
     else:
         lines.append("- No run was stopped.")
+    lines += ["", "## Alerts", ""]
+    for a in summary.get("alerts", []):
+        where = f" [{a['run']}]" if a.get("run") else ""
+        message = f": {a['message']}" if a.get("message") else ""
+        if a["acknowledged"]:
+            by = f"acknowledged by {a.get('acknowledged_by') or '?'} ({a.get('acknowledged_source') or '?'}, {_short_ts(a.get('acknowledged_at'))})"
+            by += f": {a['note']}" if a.get("note") else ""
+        else:
+            by = "**not acknowledged**" + (": its run's deliverables are not accepted" if a.get("run") else "")
+        lines.append(f"- {_short_ts(a.get('ts'))}{where} {a['rule']}{message} — {by}")
+    if not summary.get("alerts"):
+        lines.append("- No alert was raised.")
     lines += ["", "## Notes (explained deviations)", ""]
     if summary["notes"]:
         for n in summary["notes"]:
@@ -2056,7 +2337,12 @@ __all__ = [
     "cost_per_accepted",
     "money",
     "read_ids",
+    "iter_id_batches",
     "missing_ids",
+    "HashedIds",
+    "compare_hashed",
+    "first_missing",
+    "open_alert_text",
     "detect_format",
     "reload_file",
     "safetensors_problem",

@@ -224,9 +224,13 @@ def record_note(campaign: Campaign, log: RunLog, text: str, *, run_id: str | Non
 
 
 def acknowledge(
-    campaign: Campaign, log: RunLog, rule: str, run_id: str | None, *, source: str, key: str | None = None
+    campaign: Campaign, log: RunLog, rule: str, run_id: str | None, *, source: str, key: str | None = None,
+    note: str | None = None,
 ) -> dict[str, Any]:
-    """Acknowledge an open alert — the one with `key`, else the newest of (rule, run); refuse when there is none."""
+    """Acknowledge an open alert — the one with `key`, else the newest of (rule, run); refuse when there is none.
+
+    A person looked: `cockpit close` no longer holds the alert against the run's deliverables."""
+    note = clean_text(note, "the note")
     with recording(campaign, log, after_close=True) as tx:
         active = tx.state.active_alerts
         open_alert = next(
@@ -241,7 +245,7 @@ def acknowledge(
             raise Finding(f"no open alert of rule '{rule}'{who}; nothing was recorded")
         return tx.append(
             "ack", rule=open_alert.event.get("rule"), run=open_alert.event.get("run"), key=open_alert.key,
-            alert_seq=open_alert.event["seq"], source=source,
+            alert_seq=open_alert.event["seq"], source=source, **({"note": note} if note else {}),
         )
 
 

@@ -115,6 +115,10 @@ class Transaction:
     def append(self, type: str, **fields: Any) -> dict[str, Any]:
         return self._log._append_locked(self._fd, type, fields)
 
+    def append_many(self, events: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """Write several events as one write and one fsync: all of them are on disk, or none."""
+        return self._log._append_many_locked(self._fd, events)
+
 
 class RunLog:
     """The run log of the campaign in `directory`."""
@@ -147,14 +151,22 @@ class RunLog:
             return tx.append(type, **fields)
 
     def _append_locked(self, fd: int, type: str, fields: dict[str, Any]) -> dict[str, Any]:
+        return self._append_many_locked(fd, [(type, fields)])[0]
+
+    def _append_many_locked(self, fd: int, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         size = os.fstat(fd).st_size
         prefix = b""
         if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
             prefix = b"\n"  # a crash tore the last line: end it so this event stays whole
-        event: dict[str, Any] = {"seq": _last_seq(fd, size) + 1, "ts": iso(self.clock()), "type": type}
-        event.update(fields)
-        event.setdefault("who", self.who)
-        data = prefix + encode_event(event)
+        seq, ts = _last_seq(fd, size), iso(self.clock())
+        lines = []
+        for type, fields in items:
+            seq += 1
+            event: dict[str, Any] = {"seq": seq, "ts": ts, "type": type}
+            event.update(fields)
+            event.setdefault("who", self.who)
+            lines.append(encode_event(event))
+        data = prefix + b"".join(lines)
         try:
             view = memoryview(data)
             while view:
@@ -168,7 +180,7 @@ class RunLog:
                 pass
             reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
             raise RunLogError(f"cannot write to {self.path}: {reason}; nothing was recorded") from None
-        return json.loads(data)
+        return [json.loads(line) for line in lines]
 
     # ------------------------------------------------------------ reading
 

@@ -154,6 +154,8 @@ def test_a_voided_stop_of_the_finished_control_lets_close_accept_it_again(tmp_pa
     assert "## Voided decisions" in report and "the control had finished; s was a slip" in report
     assert "0.7812 " in report and "0.78123456789" not in report, "4 significant digits in the report"
     assert out["conclusion"]["runs"][0]["value"] == 0.78123456789012345, "full precision in JSON"
+
+
 def test_close_warns_for_a_deliverable_outside_the_campaign_folder(tmp_path):
     temp = tmp_path / "volatile"
     scratch = tmp_path / "scratch"
@@ -171,3 +173,41 @@ def test_close_warns_for_a_deliverable_outside_the_campaign_folder(tmp_path):
     as_json = close(camp, "--json", temp=temp)
     json.loads(as_json.stdout)
     assert f"deliverable ctrl/predictions: {scratch / 'ctrl.jsonl'} is outside the campaign folder" in as_json.stderr
+
+
+def test_closing_again_with_nothing_new_says_the_campaign_is_closed_and_records_nothing(tmp_path):
+    temp = tmp_path / "volatile"
+    camp = make_campaign(tmp_path, deliverable("preds", "out/preds.jsonl"))
+    first = close(camp, temp=temp)
+    assert first.returncode == 1 and "recorded: closed — seq" in first.stdout
+    before = (camp / "runlog.jsonl").read_bytes()
+    second = close(camp, temp=temp)
+    assert second.returncode == 1
+    assert "the campaign is closed already with the same content" in second.stdout
+    assert "nothing new was recorded" in second.stdout
+    assert (camp / "runlog.jsonl").read_bytes() == before
+
+
+def test_close_rejects_a_deliverable_of_a_run_with_an_open_alert_until_cockpit_ack(tmp_path):
+    from cockpit.runlog import RunLog
+
+    temp = tmp_path / "volatile"
+    camp = make_campaign(tmp_path, deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"))
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    metrics(camp, "v-r16", 13, 24, 0.83)
+    RunLog(camp).append("alert", rule="truncated-input", run="v-r16", message="essential input doc-991 was truncated")
+
+    result = close(camp, temp=temp)
+    assert result.returncode == 1
+    assert "open alert: truncated-input: essential input doc-991 was truncated" in result.stdout
+    assert f"cockpit ack {camp} truncated-input --run v-r16" in result.stdout
+    assert "reached eval/macro_f1" not in result.stdout.replace("\n", " ")
+    report = (camp / "closing" / "report.md").read_text()
+    assert "## Alerts" in report and "**not acknowledged**" in report
+
+    assert run_cli("ack", str(camp), "truncated-input", "--note", "a title; not essential").returncode == 0
+    result = close(camp, "--json", temp=temp)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = json.loads(result.stdout)
+    assert out["rejections"] == [] and out["conclusion"]["variants_reached"] == ["v-r16"]
+    assert out["alerts"][0]["acknowledged"] is True and out["alerts"][0]["note"] == "a title; not essential"

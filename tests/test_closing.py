@@ -728,3 +728,126 @@ def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measure
     assert resumed == scratch
     assert resumed["ctrl-r1"]["measured_hours"] == 12.0 and resumed["ctrl-r1"]["state"] == "finished (ok)"
     assert resumed["v-r16"]["measured_hours"] == 2.0
+
+
+# ---------------------------------------------------------------- recorded whole or not at all
+
+
+def _closing_events(directory: Path) -> list[dict]:
+    return [e for e in RunLog(directory).read().events if e["type"] in ("closed", "rejected")]
+
+
+def test_a_closing_the_disk_refuses_records_nothing_and_a_retry_records_it_once(tmp_path, monkeypatch):
+    """A nearly full disk takes the small `rejected` lines and refuses the `closed` one: the
+    closing must be one locked append (one write, one fsync) so that nothing of it stays."""
+    import errno
+    import os as os_module
+
+    from cockpit import runlog as runlog_module
+    from cockpit.runlog import RunLogError
+
+    directory = make_campaign(
+        tmp_path, deliverable("preds", "out/preds.jsonl"), deliverable("other", "out/other.csv", kind="other")
+    )
+    ensure_started(load_campaign(directory), RunLog(directory, clock=lambda: LOT_START))
+    real_write, real_fsync = os_module.write, os_module.fsync
+    calls = {"write": 0, "fsync": 0}
+    runlog_path = os_module.path.realpath(directory / "runlog.jsonl")
+
+    def to_runlog(fd) -> bool:
+        return os_module.readlink(f"/proc/self/fd/{fd}") == runlog_path
+
+    def nearly_full(fd, data):
+        if to_runlog(fd):
+            calls["write"] += 1
+            if b'"type":"closed"' in bytes(data):
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    def counted_fsync(fd):
+        calls["fsync"] += to_runlog(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(runlog_module.os, "write", nearly_full)
+    monkeypatch.setattr(runlog_module.os, "fsync", counted_fsync)
+    with pytest.raises(RunLogError, match="the disk is full; nothing was recorded"):
+        close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert _closing_events(directory) == []
+    assert calls == {"write": 1, "fsync": 0}  # one write for the whole closing, refused whole
+    monkeypatch.setattr(runlog_module.os, "write", real_write)
+
+    calls.update(write=0, fsync=0)
+    closing = close_campaign(directory, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
+    assert closing.recorded and calls["fsync"] == 1
+    assert [(e["type"], e.get("deliverable")) for e in _closing_events(directory)] == [
+        ("rejected", "preds"), ("rejected", "other"), ("closed", None)
+    ]
+    seqs = [e["seq"] for e in RunLog(directory).read().events]
+    assert seqs == list(range(1, len(seqs) + 1))
+    again = close_campaign(directory, now=BEFORE_END + timedelta(hours=1), temp_roots=[volatile(tmp_path)])
+    assert not again.recorded and len(_closing_events(directory)) == 3
+
+
+# ---------------------------------------------------------------- open alerts
+
+
+TRUNCATION = "essential input doc-991 was truncated at step 1800"
+
+
+def _alert(directory: Path, rule: str, run: str | None, message: str, key: str | None = None) -> dict:
+    fields = {"rule": rule, "run": run, "message": message}
+    if key:
+        fields["key"] = key
+    return RunLog(directory, clock=lambda: LOT_START + timedelta(hours=20)).append("alert", **fields)
+
+
+def test_a_deliverable_whose_run_has_an_open_alert_is_rejected_until_a_person_acknowledges_it(tmp_path):
+    camp = make_campaign(
+        tmp_path,
+        deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"),
+        deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1"),
+    )
+    write(camp, "out/v.jsonl", predictions(IDS, "neg"))
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    metrics(camp, "ctrl-r1", 2, 13, 0.78)
+    metrics(camp, "v-r16", 13, 24, 0.83)
+    ensure_started(load_campaign(camp), RunLog(camp, clock=lambda: LOT_START))
+    _alert(camp, "truncated-input", "v-r16", TRUNCATION)
+    _alert(camp, "lot-window", None, "6 h left in the lot", key="lot-window:6h")  # no run: blocks no deliverable
+
+    closing = check(tmp_path, camp)
+    assert cause(closing, "v/predictions") == f"open alert: truncated-input: {TRUNCATION}"
+    assert verdict(closing, "ctrl/predictions").accepted
+    c = closing.summary["conclusion"]
+    assert c["variants_reached"] == [] and c["negative"] is None
+    assert "reached eval/macro_f1 ≥ 0.80" not in c["text"].split("unconfirmed")[0]
+    assert c["text"].startswith("unconfirmed: v-r16 reports eval/macro_f1 ≥ 0.80 (v-r16 0.83)")
+    assert "open alert truncated-input" in c["text"]
+    alerts = closing.summary["alerts"]
+    assert [(a["rule"], a["run"], a["acknowledged"]) for a in alerts] == [
+        ("truncated-input", "v-r16", False), ("lot-window", None, False)
+    ]
+    report = closing.report_markdown
+    assert "## Alerts" in report and "not acknowledged" in report and TRUNCATION in report
+
+    decisions.acknowledge(load_campaign(camp), RunLog(camp, source_user="ana@box"), "truncated-input", "v-r16",
+                          source="cli", note="doc-991 is one of 10 000; looked at it")
+    closing = check(tmp_path, camp)
+    assert verdict(closing, "v/predictions").accepted
+    c = closing.summary["conclusion"]
+    assert c["variants_reached"] == ["v-r16"] and c["text"].startswith("v-r16 reached eval/macro_f1 ≥ 0.80")
+    first = closing.summary["alerts"][0]
+    assert first["acknowledged"] is True and first["acknowledged_by"] == "ana@box"
+    assert first["acknowledged_source"] == "cli" and first["note"] == "doc-991 is one of 10 000; looked at it"
+    assert "acknowledged by ana@box" in closing.report_markdown
+
+
+def test_every_open_alert_of_the_run_is_named_in_the_cause(tmp_path):
+    camp = make_campaign(tmp_path, deliverable("v", "out/v.jsonl", run="v-r16"))
+    write(camp, "out/v.jsonl", predictions(IDS))
+    _alert(camp, "truncated-input", "v-r16", TRUNCATION)
+    _alert(camp, "run-died", "v-r16", "process 4242 is gone without a finished event")
+    _alert(camp, "run-died", "ctrl-r1", "process 4243 is gone")  # another run's alert does not count
+    assert cause(check(tmp_path, camp), "v") == (
+        f"open alert: truncated-input: {TRUNCATION}; open alert: run-died: process 4242 is gone without a finished event"
+    )

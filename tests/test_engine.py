@@ -657,6 +657,8 @@ def test_an_acknowledged_unreadable_stream_fixed_while_no_cockpit_watched_is_sai
     (seed_campaign / "runs" / "ctrl-r1" / "metrics.jsonl").mkdir()
     engine = make_engine(seed_campaign, LOT_START + timedelta(hours=1))
     assert keys_of(engine.tick()) == [("stream-unreadable", "ctrl-r1")]
+
+
 def test_alerts_before_the_lot_starts_wait_for_campaign_started(seed_campaign):
     toml = seed_campaign / "campaign.toml"
     toml.write_text(toml.read_text().replace("hours = 12                     # end", "hours = 60 # end", 1))  # the plan overruns

@@ -243,6 +243,8 @@ def test_text_output_never_cuts_a_path_at_its_hyphens(cli, tmp_path, monkeypatch
     result = cli("stop", "--help", env={"COLUMNS": "60"})
     assert "probably a mistake (the run finished cleanly," in " ".join(result.stdout.split())
     assert not any(line.rstrip().endswith("-") for line in result.stdout.splitlines())
+
+
 def test_check_refuses_an_id_that_would_lead_outside_the_campaign(cli, seed_campaign):
     toml = seed_campaign / "campaign.toml"
     toml.write_text(toml.read_text().replace('id = "resume-test"', 'id = "a/../../../x"', 1).replace('"resume-test"', '"a/../../../x"'))
@@ -308,3 +310,45 @@ def test_recording_commands_refuse_after_the_close(cli, seed_campaign):
         assert f"the campaign is closed (closed at {closed['ts']}, seq {closed['seq']}); nothing was recorded" in result.stderr
         assert "Traceback" not in result.stderr and "started" not in result.stdout
     assert log_events(seed_campaign)["events"] == before
+
+
+def test_ack_records_the_same_event_as_the_key_and_refuses_what_is_not_open(cli, seed_campaign):
+    from cockpit.campaign import load_campaign
+    from cockpit.runlog import RunLog, ensure_started
+
+    log = RunLog(seed_campaign)
+    ensure_started(load_campaign(seed_campaign), log)  # as the engine does before it logs an alert
+    log.append("alert", rule="truncated-input", run="v-r16", message="essential input doc-991 was truncated")
+    log.append("alert", rule="truncated-input", run="v-r64", message="essential input doc-17 was truncated")
+    log.append("alert", rule="lot-window", run=None, key="lot-window:6h", message="6 h left in the lot")
+    before = (seed_campaign / "runlog.jsonl").read_bytes()
+
+    # no open alert of that rule: a usage error naming the open ones, nothing written
+    result = cli("ack", str(seed_campaign), "nan-loss")
+    assert result.returncode == 2, result.stderr
+    assert "no open alert of rule 'nan-loss'" in result.stderr
+    assert "truncated-input on v-r16" in result.stderr and "lot-window" in result.stderr
+    assert "nothing was recorded" in result.stderr and "Traceback" not in result.stderr
+    # several runs: which one?
+    result = cli("ack", str(seed_campaign), "truncated-input")
+    assert result.returncode == 2 and "v-r16, v-r64" in result.stderr and "--run" in result.stderr
+    result = cli("ack", str(seed_campaign), "truncated-input", "--run", "ctrl-r1")
+    assert result.returncode == 2 and "no open alert of rule 'truncated-input' on run 'ctrl-r1'" in result.stderr
+    result = cli("ack", str(seed_campaign), "truncated-input", "--run", "v-r99")
+    assert result.returncode == 2 and "no run 'v-r99'" in result.stderr
+    assert (seed_campaign / "runlog.jsonl").read_bytes() == before
+
+    result = cli("ack", str(seed_campaign), "truncated-input", "--run", "v-r16", "--note", "looked: a title, not essential")
+    assert result.returncode == 0, result.stderr
+    assert "recorded: acknowledgement of truncated-input on run 'v-r16' (alert seq 2) — seq 5" in result.stdout
+    result = cli("ack", str(seed_campaign), "lot-window")
+    assert result.returncode == 0, result.stderr
+    acks = [e for e in log_events(seed_campaign)["events"] if e["type"] == "ack"]
+    assert [(a["rule"], a["run"], a["key"], a["alert_seq"], a["source"]) for a in acks] == [
+        ("truncated-input", "v-r16", "truncated-input|v-r16", 2, "cli"), ("lot-window", None, "lot-window:6h", 4, "cli")
+    ]
+    assert acks[0]["note"] == "looked: a title, not essential" and "note" not in acks[1]
+    assert [a.event["run"] for a in log.replay().active_alerts] == ["v-r64"]
+    # the one left open is the only one: no --run needed
+    assert cli("ack", str(seed_campaign), "truncated-input").returncode == 0
+    assert log.replay().active_alerts == []

@@ -6,6 +6,7 @@ Exit 0 when every deliverable is accepted, 1 otherwise; the closing folder is wr
 
 from __future__ import annotations
 
+import shlex
 import sys
 import textwrap
 from typing import Any
@@ -64,7 +65,10 @@ def show(closing: Closing) -> None:
     if closing.recorded:
         out(f"  recorded: closed — seq {event.get('seq')} in runlog.jsonl")
     else:
-        out(f"  already closed with the same content (seq {event.get('seq')}, {event.get('ts')}); files regenerated")
+        out(
+            f"  the campaign is closed already with the same content (seq {event.get('seq')}, {event.get('ts')}): "
+            "nothing new was recorded; files regenerated"
+        )
     out(_wrap(s["timing"], 2))
     for warning in [*s["warnings"], *_outside(closing)]:
         out(_wrap(f"note: {warning}", 2))
@@ -100,6 +104,16 @@ def show(closing: Closing) -> None:
         deviation = f"{row['deviation_hours']:+g}" if row["deviation_hours"] is not None else ""
         label = escape_control(f"{row['id']} ({row['type']})")
         out(f"  {label[:38]:<38} {planned:>7}  {measured:>8}  {deviation:>9}".rstrip())
+
+    open_alerts = [a for a in s.get("alerts", []) if not a["acknowledged"]]
+    if s.get("alerts"):
+        out("")
+        out(f"alerts: {len(s['alerts'])} raised, {len(open_alerts)} not acknowledged")
+        for alert in open_alerts:
+            where = f" --run {alert['run']}" if alert.get("run") else ""
+            out(_wrap(f"open: {alert['rule']}{' on ' + alert['run'] if alert.get('run') else ''}: {alert.get('message') or ''}".rstrip(": "), 2))
+            out("    once a person looked, acknowledge it:")
+            out(f"    cockpit ack {shlex.quote(str(closing.campaign.directory))} {alert['rule']}{where}")
 
     if s["decisions"] or s["stops"] or s["notes"]:
         out("")

@@ -1,4 +1,4 @@
-"""Recording commands (`stop`, `decide`, `accept`, `note`, `void`) and `log`: the run log from the shell.
+"""Recording commands (`stop`, `decide`, `accept`, `note`, `ack`, `void`) and `log`: the run log from the shell.
 
 Each recording checks its names against the campaign first, so an unknown run, rule or
 deliverable is refused and nothing is written; a recorded event is on disk before we say so.
@@ -12,6 +12,7 @@ from typing import Any
 
 from cockpit import decisions
 from cockpit.campaign import Campaign, load_campaign
+from cockpit.errors import UsageError
 from cockpit.runlog import RunLog, parse_ts, plan_drift
 from cockpit.text import escape_control, json_safe
 
@@ -100,6 +101,50 @@ def void(args) -> int:
     _say_start_and_drift(campaign, log)
     what = decisions.VOIDABLE_NAMES.get(event.get("voided_type"), "the event")
     print(f"recorded: void of seq {args.seq} ({what}) — seq {event['seq']} in {log.path.name}; the run log keeps both")
+    return 0
+
+
+def _alert_name(alert) -> str:
+    run = alert.event.get("run")
+    return f"{alert.event.get('rule')}" + (f" on {run}" if run else "") + f" (seq {alert.event.get('seq')})"
+
+
+def ack(args) -> int:
+    """Acknowledge the open alerts of RULE (on --run RUN): a person looked. The same event as `a`
+    in the cockpit; `cockpit close` no longer holds them against the run's deliverables."""
+    campaign, log = _open(args)
+    if args.run is not None:
+        decisions.require_run(campaign, args.run)
+    note = decisions.clean_text(args.note, "the note")
+    active = log.replay().active_alerts
+    matching = [
+        a for a in active
+        if a.event.get("rule") == args.rule and (args.run is None or a.event.get("run") == args.run)
+    ]
+    if not matching:
+        where = f" on run '{args.run}'" if args.run else ""
+        listed = "; ".join(_alert_name(a) for a in active)
+        raise UsageError(escape_control(
+            f"no open alert of rule '{args.rule}'{where} "
+            + (f"(open alerts: {listed})" if listed else "(no alert is open)")
+            + "; nothing was recorded"
+        ))
+    runs = list(dict.fromkeys(str(a.event["run"]) for a in matching if a.event.get("run")))
+    if args.run is None and len(runs) > 1:
+        raise UsageError(
+            f"rule '{args.rule}' has open alerts on runs {', '.join(runs)}: say which with --run RUN; nothing was recorded"
+        )
+    for alert in matching:
+        run = alert.event.get("run")
+        event = decisions.acknowledge(
+            campaign, log, str(alert.event.get("rule")), run, source=SOURCE, key=alert.key, note=note
+        )
+        where = f" on run '{run}'" if run else ""
+        print(escape_control(
+            f"recorded: acknowledgement of {event['rule']}{where} (alert seq {event['alert_seq']}) "
+            f"— seq {event['seq']} in {log.path.name}"
+        ))
+    _say_start_and_drift(campaign, log)
     return 0
 
 
