@@ -229,6 +229,16 @@ def _sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+# Alerts that ask for a decision about the campaign, not about what a run produced: listed among
+# the closing's alerts, but they hold no deliverable back (the pilot decision falls due on the
+# pilot run, whose output it says nothing about).
+NOT_ABOUT_OUTPUT = frozenset({"pilot-due"})
+
+
+def _about_output(alert: Mapping[str, Any]) -> bool:
+    return alert.get("rule") not in NOT_ABOUT_OUTPUT
+
+
 def open_alert_text(alert: Mapping[str, Any]) -> str:
     """"open alert: RULE: message", as a rejection cause says it."""
     message = str(alert.get("message") or "").strip()
@@ -1055,7 +1065,7 @@ def verify_deliverable(
             verdict.set("run_not_stopped", True, f"run '{deliverable.run}' was not stopped")
         # An alert no person looked at may be the reason the output is wrong (a truncated essential
         # input, a run that died): it stands against the run's deliverables until acknowledged.
-        open_alerts = [a.event for a in state.active_alerts if a.event.get("run") == deliverable.run]
+        open_alerts = [a.event for a in state.active_alerts if a.event.get("run") == deliverable.run and _about_output(a.event)]
         if open_alerts:
             verdict.set("no_open_alert", False, "; ".join(open_alert_text(e) for e in open_alerts))
         else:
@@ -1535,7 +1545,7 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
     runs = []
     open_by_run: dict[str, list[str]] = {}
     for alert in state.active_alerts:
-        if alert.event.get("run"):
+        if alert.event.get("run") and _about_output(alert.event):
             open_by_run.setdefault(str(alert.event["run"]), []).append(str(alert.event.get("rule")))
     every_run = [*today.runs, *(r for r in plan.runs if today.run(r.id) is None)]
     for run in every_run:
@@ -1557,7 +1567,7 @@ def conclude(plan: Campaign, today: Campaign, measures: Mapping[str, RunMeasure]
 
     def shown(row: dict[str, Any]) -> str:
         value = row["value"]
-        text = format_value(value) if value is not None else "not reported"
+        text = _significant(value) if value is not None else "not reported"  # 4 digits; summary.json's runs keep them all
         alerts = f" (open alert {', '.join(row['open_alerts'])})" if row["open_alerts"] else ""
         return f"{row['run']} {text}" + (" (stopped)" if row["stopped"] else "") + alerts
 

@@ -153,6 +153,7 @@ def test_a_voided_stop_of_the_finished_control_lets_close_accept_it_again(tmp_pa
     report = (camp / "closing" / "report.md").read_text()
     assert "## Voided decisions" in report and "the control had finished; s was a slip" in report
     assert "0.7812 " in report and "0.78123456789" not in report, "4 significant digits in the report"
+    assert "0.781235" not in report and "0.781235" not in first.stdout, "the conclusion too: 4 significant digits"
     assert out["conclusion"]["runs"][0]["value"] == 0.78123456789012345, "full precision in JSON"
 
 

@@ -851,3 +851,17 @@ def test_every_open_alert_of_the_run_is_named_in_the_cause(tmp_path):
     assert cause(check(tmp_path, camp), "v") == (
         f"open alert: truncated-input: {TRUNCATION}; open alert: run-died: process 4242 is gone without a finished event"
     )
+
+
+def test_a_pilot_decision_still_due_blocks_no_deliverable(tmp_path):
+    """`pilot-due` asks for a decision about the campaign, not about the pilot run's output: it
+    is listed among the alerts but holds no deliverable back and leaves the conclusion standing."""
+    camp = make_campaign(tmp_path, deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1"))
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    metrics(camp, "ctrl-r1", 2, 13, 0.78)
+    ensure_started(load_campaign(camp), RunLog(camp, clock=lambda: LOT_START))
+    _alert(camp, "pilot-due", "ctrl-r1", "pilot decision due: ctrl-r1 started …")
+    closing = check(tmp_path, camp)
+    assert verdict(closing, "ctrl/predictions").accepted
+    assert [(a["rule"], a["acknowledged"]) for a in closing.summary["alerts"]] == [("pilot-due", False)]
+    assert "open alert" not in closing.summary["conclusion"]["text"]
