@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import resume
+from cockpit.live import cadence
+from cockpit.resume import verify as resume
 from cockpit.cli import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,41 +144,41 @@ def no_torch_env(tmp_path, monkeypatch):
 
 def test_daly_interval_matches_the_published_figure():
     # Daly (2006): δ = 5 min, M = 24 h → about 117 min between saves
-    interval = resume.daly_interval(5 * 60, 24 * 3600)
+    interval = cadence.daly_interval(5 * 60, 24 * 3600)
     assert interval / 60 == pytest.approx(116.69, abs=0.01)
     assert round(interval / 60) == 117
 
 
 def test_daly_interval_is_the_mtbf_once_a_save_takes_two_of_them():
-    assert resume.daly_interval(3 * 3600, 1 * 3600) == 3600
+    assert cadence.daly_interval(3 * 3600, 1 * 3600) == 3600
 
 
 def test_daly_interval_minimises_the_expected_overhead():
     save, mtbf = 300.0, 86400.0
-    best = resume.daly_interval(save, mtbf)
-    at_best = resume.expected_overhead(best, save, mtbf)
+    best = cadence.daly_interval(save, mtbf)
+    at_best = cadence.expected_overhead(best, save, mtbf)
     assert at_best == pytest.approx(0.0882, abs=0.001)
     for other in (best * 0.5, best * 0.8, best * 1.25, best * 2):
-        assert resume.expected_overhead(other, save, mtbf) > at_best
+        assert cadence.expected_overhead(other, save, mtbf) > at_best
     # a restart cost makes every failure dearer
-    assert resume.expected_overhead(best, save, mtbf, restart_seconds=600) > at_best
+    assert cadence.expected_overhead(best, save, mtbf, restart_seconds=600) > at_best
 
 
 def test_latest_final_save_leaves_room_for_the_save_and_the_copy_off():
     end = datetime(2026, 12, 3, 8, 0, tzinfo=timezone.utc)
-    latest = resume.latest_final_save(end, retrieval_hours=1, save_seconds=300)
+    latest = cadence.latest_final_save(end, retrieval_hours=1, save_seconds=300)
     assert latest == datetime(2026, 12, 3, 6, 55, tzinfo=timezone.utc)
-    advice = resume.save_advice(300, lot_end=end, retrieval_hours=1, now=latest + timedelta(seconds=1))
+    advice = cadence.save_advice(300, lot_end=end, retrieval_hours=1, now=latest + timedelta(seconds=1))
     assert advice.too_late is True
     assert advice.to_json()["latest_final_save"] == "2026-12-03T06:55:00.000Z"
-    assert resume.save_advice(300, lot_end=end, retrieval_hours=1, now=latest).too_late is False
+    assert cadence.save_advice(300, lot_end=end, retrieval_hours=1, now=latest).too_late is False
     assert round(advice.to_json()["interval_minutes"]) == 117
 
 
 @pytest.mark.parametrize("save, mtbf", [(0, 24), (-1, 24), (float("nan"), 24), (60, 0), (60, float("inf"))])
 def test_save_advice_refuses_meaningless_inputs(save, mtbf):
     with pytest.raises(ValueError):
-        resume.save_advice(save, mtbf_hours=mtbf)
+        cadence.save_advice(save, mtbf_hours=mtbf)
 
 
 def test_save_time_comes_from_the_runs_checkpoint_events(tmp_path):
@@ -356,7 +357,7 @@ def test_a_folder_of_checkpoints_checks_the_newest_and_skips_partial_saves(tmp_p
 
 
 def test_core_imports_neither_torch_nor_numpy_nor_textual():
-    code = "import sys, cockpit.resume; print(sorted(m for m in ('torch', 'numpy', 'textual') if m in sys.modules))"
+    code = "import sys, cockpit.resume.verify; print(sorted(m for m in ('torch', 'numpy', 'textual') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
 

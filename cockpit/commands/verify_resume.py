@@ -11,10 +11,11 @@ import textwrap
 from datetime import timezone
 from pathlib import Path
 
-from cockpit import resume
-from cockpit.cli import Finding, UsageError
-from cockpit.runlog import iso, utc_now
-from cockpit.text import escape_control, json_safe
+from cockpit.live import cadence
+from cockpit.resume import verify as resume
+from cockpit.errors import Finding, UsageError
+from cockpit.common.times import iso, utc_now
+from cockpit.common.text import escape_control, json_safe
 
 
 def run(args) -> int:
@@ -66,12 +67,12 @@ def run(args) -> int:
 
 
 def _load(directory: str):
-    from cockpit.campaign import load_campaign
+    from cockpit.plan.load import load_campaign
 
     return load_campaign(directory)
 
 
-def _advice(report: resume.ResumeReport, campaign, run_entry, mtbf_hours: float) -> resume.SaveAdvice | None:
+def _advice(report: resume.ResumeReport, campaign, run_entry, mtbf_hours: float) -> cadence.SaveAdvice | None:
     """Daly's interval from the run's measured saves, else from the timed reload."""
     save_seconds, source = None, None
     if run_entry is not None:
@@ -83,7 +84,7 @@ def _advice(report: resume.ResumeReport, campaign, run_entry, mtbf_hours: float)
         return None
     lot_end = campaign.lot.end if campaign is not None else None
     retrieval = campaign.model.calendar.retrieval_hours if campaign is not None else 0.0
-    return resume.save_advice(
+    return cadence.save_advice(
         save_seconds, mtbf_hours=mtbf_hours, source=source,
         restart_seconds=report.reload.seconds or 0.0,
         lot_end=lot_end, retrieval_hours=retrieval, now=utc_now(),

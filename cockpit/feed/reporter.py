@@ -5,7 +5,7 @@ training environment needs nothing but this file. A full disk or a vanished fold
 into the training loop: the reporter warns once, keeps the unwritten lines in memory (bounded) and
 writes them when it can again.
 
-    from cockpit.reporter import RunReporter
+    from cockpit.feed.reporter import RunReporter
 
     with RunReporter("/srv/campaign", "ctrl-r1", config=vars(args)) as report:
         for step, batch in enumerate(loader, start=1):
@@ -25,6 +25,7 @@ import hashlib
 import json
 import numbers
 import os
+import re
 import socket
 import sys
 import threading
@@ -56,6 +57,25 @@ def process_identity() -> dict[str, str | None]:
         namespace = None
     return {"host": host, "pid_ns": namespace}
 
+
+# The run id rule of cockpit.plan.campaign (ID_PATTERN, ID_RULE), copied: the feed runs inside the
+# training loop and imports nothing else of cockpit. tests/test_reporter.py checks both agree.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+ID_RULE = "a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
+_ID = re.compile(ID_PATTERN)
+
+
+def _metrics_path(directory: Path, run_id: str) -> Path:
+    """runs/<run id>/metrics.jsonl in the campaign folder; an id that is not a plain name is refused
+    (a plain name has no separator and no `..`, so the path stays inside the campaign folder)."""
+    if _ID.fullmatch(run_id) is None:
+        text = repr(run_id)
+        shown = text if len(text) <= 60 else f"{text[:59]}… ({len(text)} characters)"
+        raise ValueError(
+            f"{shown} is not a run id: write {ID_RULE} (the pattern {ID_PATTERN}), e.g. \"ctrl-r1\"; "
+            "a path derived from it could leave the campaign folder"
+        )
+    return directory / "runs" / run_id / "metrics.jsonl"
 
 class ReporterWarning(RuntimeWarning):
     """The reporter could not write its metrics file; training went on."""
@@ -141,9 +161,7 @@ class RunReporter:
         if metrics_path is not None:
             self.path = self.campaign_dir / metrics_path
         else:
-            from cockpit.campaign import run_path  # an id such as "a/../x" would write outside the campaign
-
-            self.path = run_path(self.campaign_dir, run_id, "metrics.jsonl")
+            self.path = _metrics_path(self.campaign_dir, run_id)  # an id such as "a/../x" would write outside the campaign
         self._clock = clock
         self._fd: int | None = None
         self._lock = threading.Lock()

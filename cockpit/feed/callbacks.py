@@ -3,12 +3,12 @@
 Both frameworks are imported only when a callback class is first used, so the cockpit itself
 depends on neither. The classes are built on first access:
 
-    from cockpit.callbacks import attach_to_trainer          # Hugging Face (recommended)
+    from cockpit.feed.callbacks import attach_to_trainer  # Hugging Face (recommended)
     trainer = Trainer(model=model, args=args, train_dataset=train)
     attach_to_trainer(trainer, "/srv/campaign", "ctrl-r1")
     trainer.train()
 
-    from cockpit.callbacks import CockpitLightningCallback   # PyTorch Lightning
+    from cockpit.feed.callbacks import CockpitLightningCallback  # PyTorch Lightning
     trainer = L.Trainer(callbacks=[CockpitLightningCallback("/srv/campaign", "ctrl-r1")])
 
 Why Hugging Face needs `attach_to_trainer` for the raw loss: a `TrainerCallback` never sees the
@@ -53,7 +53,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cockpit.reporter import RUN_ID_ENV, ReporterWarning, RunReporter, metric_value
+from cockpit.feed.reporter import RUN_ID_ENV, ReporterWarning, RunReporter, metric_value
 
 # CockpitTrainerCallback and CockpitLightningCallback are built on first access (see __getattr__),
 # so they stay out of __all__: `import *` must not import a framework.
@@ -156,7 +156,7 @@ class TrainerReporting:
             self._warned_filter = True
             warnings.warn(
                 "cockpit: logging_nan_inf_filter=True hides NaN losses from callbacks; use "
-                "cockpit.callbacks.attach_to_trainer(trainer, ...) or set logging_nan_inf_filter=False",
+                "cockpit.feed.callbacks.attach_to_trainer(trainer, ...) or set logging_nan_inf_filter=False",
                 ReporterWarning, stacklevel=2,
             )
 
@@ -325,7 +325,7 @@ def _trainer_callback_class() -> type:
 
     return type("CockpitTrainerCallback", (TrainerReporting, TrainerCallback), {
         "__module__": __name__,
-        "__doc__": "A `transformers.TrainerCallback` writing the run's metrics stream (see cockpit.callbacks).",
+        "__doc__": "A `transformers.TrainerCallback` writing the run's metrics stream (see cockpit.feed.callbacks).",
     })
 
 
@@ -341,12 +341,12 @@ def _lightning_callback_class() -> type:
 
     return type("CockpitLightningCallback", (LightningReporting, Callback), {
         "__module__": __name__,
-        "__doc__": "A Lightning `Callback` writing the run's metrics stream (see cockpit.callbacks).",
+        "__doc__": "A Lightning `Callback` writing the run's metrics stream (see cockpit.feed.callbacks).",
     })
 
 
 def __getattr__(name: str) -> Any:
-    """`from cockpit.callbacks import CockpitTrainerCallback` imports the framework only then."""
+    """`from cockpit.feed.callbacks import CockpitTrainerCallback` imports the framework only then."""
     if name == "CockpitTrainerCallback":
         return _trainer_callback_class()
     if name == "CockpitLightningCallback":

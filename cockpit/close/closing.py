@@ -32,25 +32,24 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from cockpit.calendar import schedule
+from cockpit.plan.schedule import schedule
 from cockpit.errors import Finding
-from cockpit.campaign import Campaign, CampaignError, Deliverable, load_campaign, read_campaign_text
-from cockpit.metrics import MetricsStream, SavedState, format_value, load_state, seconds_to_datetime, state_file
-from cockpit.text import escape_control, json_safe
-from cockpit.runlog import (
-    FILE_MODE,
-    AlertRecord,
-    FROZEN_PLAN,
-    RUNLOG_FILE,
-    STATE_DIR,
-    RecordedState,
-    RunLog,
-    frozen_plan_text,
-    iso,
-    parse_ts,
-    utc_now,
+from cockpit.plan.campaign import Campaign, CampaignError, Deliverable
+from cockpit.plan.load import load_campaign, read_campaign_text
+from cockpit.live.metrics import (
+    MetricsStream,
+    SavedState,
+    format_value,
+    load_state,
+    seconds_to_datetime,
+    state_file,
 )
-from cockpit.subprocesses import run_bounded
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.layout import FILE_MODE, FROZEN_PLAN, RUNLOG_FILE, STATE_DIR
+from cockpit.record.runlog import AlertRecord, RecordedState, RunLog
+from cockpit.record.start import frozen_plan_text
+from cockpit.common.times import iso, parse_ts, utc_now
+from cockpit.common.subprocesses import run_bounded
 
 CLOSING_DIR = "closing"
 CLOSE_SOURCE = "close"  # the source of the `rejected` events a closing records
@@ -854,7 +853,7 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
 
 
 def _torch_refusal(path: Path) -> str | None:
-    from cockpit.resume import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
+    from cockpit.resume.verify import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
 
     return torch_file_refusal(path)
 

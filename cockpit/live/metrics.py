@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from cockpit.runlog import STATE_DIR
+from cockpit.common.layout import STATE_DIR
 
 MAX_LINE_BYTES = 1 << 20  # a metrics line longer than this is skipped and counted, never held
 CHUNK_BYTES = 1 << 22  # read 4 MiB at a time: few system calls, bounded memory
