@@ -29,8 +29,6 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit.plan.load import load_campaign  # noqa: E402
-from cockpit.record.runlog import RunLog  # noqa: E402
 from cockpit.live.snapshot import (
     AlertView,
     ClockView,
@@ -41,6 +39,8 @@ from cockpit.live.snapshot import (
     RunView,
     Snapshot,
 )
+from cockpit.plan.load import load_campaign  # noqa: E402
+from cockpit.record.runlog import RunLog  # noqa: E402
 from cockpit.tui.app import CockpitApp  # noqa: E402
 
 IMPORTED = time.perf_counter()

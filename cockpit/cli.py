@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cockpit import __version__
-from cockpit.errors import Finding, UsageError
 from cockpit.common.text import escape_control
+from cockpit.errors import Finding, UsageError
 
 __all__ = ["Finding", "UsageError", "main"]
 

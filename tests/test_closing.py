@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.record import decisions
-from cockpit.plan.load import load_campaign
 from cockpit.close.closing import (
     TEMP_ROOTS_ENV,
     TempFolders,
@@ -27,6 +25,8 @@ from cockpit.close.closing import (
     safetensors_problem,
     temp_roots_from_env,
 )
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
 from cockpit.record.runlog import RunLog
 from cockpit.record.start import ensure_started
 

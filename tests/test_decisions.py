@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit.record import decisions
-from cockpit.plan.load import load_campaign
 from cockpit.errors import Finding, UsageError
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
 from cockpit.record.runlog import RecordedState, RunLog
 
 

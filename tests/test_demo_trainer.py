@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from cockpit.demo import trainer as demo_trainer
-from cockpit.plan.load import load_campaign
 from cockpit.demo.trainer import (
     CheckpointError,
     Settings,
@@ -32,6 +31,7 @@ from cockpit.demo.trainer import (
     stop_runs,
     verify_in_fresh_process,
 )
+from cockpit.plan.load import load_campaign
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "cockpit" / "demo" / "template"

@@ -13,13 +13,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from cockpit.record import decisions
-from cockpit.plan.load import load_campaign
+from cockpit.common.times import iso
 from cockpit.live.engine import Engine
 from cockpit.live.gpu import FakeGpus, GpuSnapshot
-from cockpit.record.runlog import RunLog, RunLogError
-from cockpit.common.times import iso
 from cockpit.live.snapshot import to_json
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RunLog, RunLogError
 from tests.conftest import run_cli
 
 LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -368,8 +368,8 @@ def test_looking_before_the_lot_starts_freezes_nothing(seed_campaign):
 
 # ---------------------------------------------------------------- built-in alerts (issue 13)
 
-from cockpit.live.host import HostProcesses  # noqa: E402
 from cockpit.feed.reporter import process_identity  # noqa: E402
+from cockpit.live.host import HostProcesses  # noqa: E402
 from tests.test_procs import FakePsutil  # noqa: E402
 
 HERE = {"host": "gpu-box", "pid_ns": "pid:[4026531836]"}  # the cockpit's own host and pid namespace

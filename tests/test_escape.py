@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.record.runlog import RunLog
 from cockpit.common.text import escape_control, json_safe
+from cockpit.record.runlog import RunLog
 from tests.conftest import run_cli
 
 TITLE = "\x1b]0;pwned\x07"  # OSC 0: retitles the window

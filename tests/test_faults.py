@@ -26,11 +26,11 @@ import psutil
 import pynvml as real_nvml
 import pytest
 
-from cockpit.record import decisions
-from cockpit.plan.load import load_campaign
 from cockpit.live.engine import Engine, terminate_run_of
 from cockpit.live.gpu import GpuSampler, NvmlSource
 from cockpit.live.host import HostProcesses
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
 from cockpit.record.runlog import RunLog
 from tests.conftest import ROOT, run_cli
 from tests.test_engine import Clock, NoGpus

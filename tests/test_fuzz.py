@@ -24,15 +24,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cockpit.plan.campaign import Campaign, CampaignError, StopRule
-from cockpit.plan.load import load_campaign, read_campaign_text
 from cockpit.commands.live import render_text
 from cockpit.live.engine import Engine
 from cockpit.live.gpu import FakeGpus
 from cockpit.live.metrics import MetricsStream, last_metrics, load_state, save_state
 from cockpit.live.rules import RuleEvaluator, RuleState
-from cockpit.record.runlog import encode_event
 from cockpit.live.snapshot import to_json
+from cockpit.plan.campaign import Campaign, CampaignError, StopRule
+from cockpit.plan.load import load_campaign, read_campaign_text
+from cockpit.record.runlog import encode_event
 from tests.conftest import ROOT, SAMPLES
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -244,3 +244,14 @@ def test_the_feed_refuses_the_run_ids_the_plan_refuses():
     with pytest.raises(ValueError) as plan_error:
         campaign.run_path("/tmp", "a/../x", "metrics.jsonl")
     assert str(feed_error.value) == str(plan_error.value)
+
+
+def test_the_old_import_paths_still_give_the_feed():
+    """Training code written before the package layout imports cockpit.reporter and cockpit.callbacks."""
+    from cockpit import callbacks as old_callbacks
+    from cockpit import reporter as old_reporter
+    from cockpit.feed import callbacks, reporter
+
+    assert old_reporter.RunReporter is reporter.RunReporter and old_reporter.RUN_ID_ENV == reporter.RUN_ID_ENV
+    assert old_callbacks.attach_to_trainer is callbacks.attach_to_trainer
+    assert old_callbacks.TrainerReporting is callbacks.TrainerReporting

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.cli import UsageError
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
-from cockpit.cli import UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_campaigns" / "sentiment-lora"

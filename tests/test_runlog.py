@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.record import runlog as runlog_module
+from cockpit.common.layout import frozen_plan_path
 from cockpit.plan.load import load_campaign
+from cockpit.record import runlog as runlog_module
 from cockpit.record.runlog import RecordedState, RunLog, RunLogError
 from cockpit.record.start import ensure_started, plan_drift
-from cockpit.common.layout import frozen_plan_path
 
 
 def test_append_numbers_events_and_stamps_them(tmp_path):

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.plan.load import load_campaign
-from cockpit.record.runlog import RunLog, RunLogError, Transaction
 from cockpit.live.snapshot import (
     AlertView,
     ClockView,
@@ -28,6 +26,8 @@ from cockpit.live.snapshot import (
     RunView,
     Snapshot,
 )
+from cockpit.plan.load import load_campaign
+from cockpit.record.runlog import RunLog, RunLogError, Transaction
 from cockpit.tui import format as fmt
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen

@@ -8,8 +8,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from cockpit.errors import Finding, UsageError
 from cockpit.common.times import utc_now
+from cockpit.errors import Finding, UsageError
 
 
 def _target(args) -> Path:

@@ -8,13 +8,13 @@ import sys
 import threading
 from datetime import datetime
 
-from cockpit.plan.load import load_campaign
-from cockpit.live.engine import Engine, env_nvml_source
-from cockpit.errors import UsageError
-from cockpit.live.gpu import GpuSampler
-from cockpit.common.times import parse_ts, utc_now
-from cockpit.live.snapshot import Snapshot, to_json
 from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import parse_ts, utc_now
+from cockpit.errors import UsageError
+from cockpit.live.engine import Engine, env_nvml_source
+from cockpit.live.gpu import GpuSampler
+from cockpit.live.snapshot import Snapshot, to_json
+from cockpit.plan.load import load_campaign
 
 RUN_COLUMN = 16  # the run ids' column; a longer id widens it, so columns never run together
 

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cockpit.plan.schedule import PlanReport, Schedule, describe_tiers, plan_report
-from cockpit.plan.load import load_campaign
 from cockpit.common.text import escape_control, json_safe
+from cockpit.plan.load import load_campaign
+from cockpit.plan.schedule import PlanReport, Schedule, describe_tiers, plan_report
 
 GANTT_LABEL = 10  # "retrieval " — the lane names' column
 GANTT_WIDTH = 64  # bar columns: label + bars + lot-end marker stay within 80 columns

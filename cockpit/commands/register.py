@@ -10,15 +10,15 @@ import json
 import sys
 from typing import Any
 
-from cockpit.record import decisions
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import parse_ts
+from cockpit.errors import UsageError
 from cockpit.plan.campaign import Campaign
 from cockpit.plan.load import load_campaign
-from cockpit.errors import UsageError
+from cockpit.record import decisions
 from cockpit.record.describe import event_summary
 from cockpit.record.runlog import RunLog
-from cockpit.common.times import parse_ts
 from cockpit.record.start import plan_drift
-from cockpit.common.text import escape_control, json_safe
 
 SOURCE = "cli"
 FINISHED_OK = ("ok", "success", "finished", "done")  # a `finished` status that means a clean end (as the engine reads it)

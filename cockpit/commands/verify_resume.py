@@ -11,11 +11,11 @@ import textwrap
 from datetime import timezone
 from pathlib import Path
 
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import iso, utc_now
+from cockpit.errors import Finding, UsageError
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
-from cockpit.errors import Finding, UsageError
-from cockpit.common.times import iso, utc_now
-from cockpit.common.text import escape_control, json_safe
 
 
 def run(args) -> int:

@@ -19,11 +19,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cockpit.plan.schedule import schedule
-from cockpit.plan.campaign import Campaign, CampaignError
-from cockpit.plan.load import read_campaign_text
+from cockpit.common.layout import RUNS_DIR, STATE_DIR, state_dir
+from cockpit.common.times import iso, parse_ts, utc_now
 from cockpit.live.clock import ItemProgress, lot_clock, projected
 from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
+from cockpit.live.host import HostProcesses
 from cockpit.live.metrics import (
     MetricsStream,
     RunTrack,
@@ -33,12 +33,7 @@ from cockpit.live.metrics import (
     seconds_to_datetime,
     state_file,
 )
-from cockpit.live.host import HostProcesses
 from cockpit.live.rules import RuleEvaluator, RuleState, Trigger
-from cockpit.common.layout import STATE_DIR, state_dir
-from cockpit.record.runlog import RecordedState, RunLog, RunLogError, alert_key
-from cockpit.record.start import ensure_started, frozen_plan_text, plan_drift, start_in
-from cockpit.common.times import iso, parse_ts, utc_now
 from cockpit.live.snapshot import (
     AlertView,
     ClockView,
@@ -50,6 +45,11 @@ from cockpit.live.snapshot import (
     RunView,
     Snapshot,
 )
+from cockpit.plan.campaign import Campaign, CampaignError
+from cockpit.plan.load import read_campaign_text
+from cockpit.plan.schedule import schedule
+from cockpit.record.runlog import RecordedState, RunLog, RunLogError, alert_key
+from cockpit.record.start import ensure_started, frozen_plan_text, plan_drift, start_in
 
 HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
 SAVE_EVERY_SECONDS = 15.0  # reading positions are saved this often (and at close), not every tick
@@ -486,7 +486,7 @@ class Engine:
         if self._undeclared_at is not None and moment - self._undeclared_at < UNDECLARED_SCAN_SECONDS:
             return self._undeclared
         self._undeclared_at = moment
-        folder = self.directory / "runs"
+        folder = self.directory / RUNS_DIR
         declared = {item.id for item in self.campaign.items}
         used = set()
         for run in self.campaign.runs:

@@ -25,6 +25,7 @@ from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le, MinLen
 
+from cockpit.common.layout import CHECKPOINTS_DIR, METRICS_FILE, RUNS_DIR
 from cockpit.plan import catalog
 from cockpit.plan.values import (  # noqa: F401  the limits and patterns are read from here too
     CAMPAIGN_FILE,
@@ -85,7 +86,7 @@ def run_path(directory: str | Path, run_id: str, *names: str) -> Path:
             f"{_shown(run_id)} is not a run id: write {ID_RULE} (the pattern {ID_PATTERN}), e.g. \"ctrl-r1\"; "
             "a path derived from it could leave the campaign folder"
         )
-    return campaign_path(directory, "runs", run_id, *names)
+    return campaign_path(directory, RUNS_DIR, run_id, *names)
 
 
 # ---------------------------------------------------------------- errors
@@ -306,10 +307,10 @@ class Run:
 
     def metrics_path(self, directory: Path) -> Path:
         """`metrics` as written (it may point elsewhere on purpose), else runs/<id>/metrics.jsonl."""
-        return directory / self.metrics if self.metrics else run_path(directory, self.id, "metrics.jsonl")
+        return directory / self.metrics if self.metrics else run_path(directory, self.id, METRICS_FILE)
 
     def checkpoints_path(self, directory: Path) -> Path:
-        return directory / self.checkpoints if self.checkpoints else run_path(directory, self.id, "checkpoints")
+        return directory / self.checkpoints if self.checkpoints else run_path(directory, self.id, CHECKPOINTS_DIR)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,8 @@ from typing import Annotated, Any
 
 from annotated_types import Gt, Le
 
-CAMPAIGN_FILE = "campaign.toml"
+from cockpit.common.layout import CAMPAIGN_FILE  # noqa: F401  read from here by the plan's modules
+
 SCHEMA = 1
 CENT = Decimal("0.01")
 MONEY_DIGITS = 12  # whole-dollar digits at most: a lot price of a trillion USD is a typo

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cockpit.plan.campaign import Campaign
 from cockpit.errors import Finding, UsageError
+from cockpit.plan.campaign import Campaign
 from cockpit.record.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, Transaction
 from cockpit.record.start import ensure_started, start_in
 

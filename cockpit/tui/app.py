@@ -30,13 +30,13 @@ from textual.filter import Monochrome, NoColor
 from textual.widgets import Footer
 from textual.widgets._toast import Toast
 
-from cockpit.record import decisions
-from cockpit.plan.campaign import Campaign
-from cockpit.errors import Finding, UsageError
-from cockpit.record.runlog import RunLog, RunLogError
-from cockpit.common.times import utc_now
-from cockpit.live.snapshot import AlertView, RunView, Snapshot, SnapshotSource
 from cockpit.common.text import escape_control
+from cockpit.common.times import utc_now
+from cockpit.errors import Finding, UsageError
+from cockpit.live.snapshot import AlertView, RunView, Snapshot, SnapshotSource
+from cockpit.plan.campaign import Campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RunLog, RunLogError
 from cockpit.tui import format as fmt
 from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed
 from cockpit.tui.screens import (

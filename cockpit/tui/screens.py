@@ -19,12 +19,12 @@ from textual.widgets.option_list import Option
 
 from typing import Any
 
+from cockpit.common.text import escape_control
+from cockpit.common.times import parse_ts
+from cockpit.live.snapshot import RunView
 from cockpit.plan.campaign import StopRule
 from cockpit.record.decisions import PILOT_DECISIONS, VOIDABLE_NAMES
-from cockpit.common.times import parse_ts
 from cockpit.record.runlog import voided_seqs
-from cockpit.live.snapshot import RunView
-from cockpit.common.text import escape_control
 from cockpit.tui import format as fmt
 
 NO_RULE = "no-rule"
