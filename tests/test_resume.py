@@ -23,6 +23,8 @@ import pytest
 from cockpit.cli import UsageError
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
+from cockpit.resume import scan as resume_scan
+from cockpit.resume import report as resume_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_campaigns" / "sentiment-lora"
@@ -200,16 +202,16 @@ def test_save_time_comes_from_the_runs_checkpoint_events(tmp_path):
 
 def test_safetensors_header_is_read_by_hand(tmp_path):
     path = write_safetensors(tmp_path / "m.safetensors", {"a": [1.0, 2.0], "b": [3.0]})
-    header = resume.read_safetensors_header(path)
+    header = resume_scan.read_safetensors_header(path)
     assert (header.tensor_count, header.data_bytes, header.metadata) == (2, 12, {"format": "pt"})
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[:-4])
-    with pytest.raises(resume.CheckpointUnreadable, match="truncated"):
-        resume.read_safetensors_header(cut)
+    with pytest.raises(resume_report.CheckpointUnreadable, match="truncated"):
+        resume_scan.read_safetensors_header(cut)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(struct.pack("<Q", 5) + b"{oops")
-    with pytest.raises(resume.CheckpointUnreadable, match="not JSON"):
-        resume.read_safetensors_header(junk)
+    with pytest.raises(resume_report.CheckpointUnreadable, match="not JSON"):
+        resume_scan.read_safetensors_header(junk)
 
 
 def test_scanner_reads_a_torch_file_without_running_it(tmp_path):
@@ -219,7 +221,7 @@ def test_scanner_reads_a_torch_file_without_running_it(tmp_path):
         "optimizer_state_dict": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]},
         "loss": 0.31,
     })
-    scan = resume.scan_torch_file(path)
+    scan = resume_scan.scan_torch_file(path)
     assert scan.tensor_count == 2 and scan.globals == []
     report = resume.verify_resume(path, reload=False)
     assert report.format == "pytorch"
@@ -250,7 +252,7 @@ def test_a_bare_state_dict_is_weights_only(tmp_path):
     path = torch_like_file(tmp_path / "weights.pt", {"fc.weight": FakeTensor(), "fc.bias": FakeTensor()})
     report = resume.verify_resume(path, reload=False)
     assert report.has["model"] and not report.resume_point
-    assert set(report.missing) == set(resume.PARTS) - {"model"}
+    assert set(report.missing) == set(resume_report.PARTS) - {"model"}
 
 
 def test_numpy_objects_are_named_as_what_weights_only_refuses(tmp_path):
@@ -262,7 +264,7 @@ def test_numpy_objects_are_named_as_what_weights_only_refuses(tmp_path):
     path = tmp_path / "np.pt"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl", data)
-    scan = resume.scan_torch_file(path)
+    scan = resume_scan.scan_torch_file(path)
     assert scan.globals == ["numpy._core.multiarray._reconstruct"]
 
 
@@ -314,7 +316,7 @@ def test_demo_npz_is_a_full_resume_point(tmp_path):
     path = write_npz(tmp_path / "step-120.npz", demo_members())
     report = resume.verify_resume(path)
     assert report.format == "demo"
-    assert all(report.has[p] for p in resume.PARTS if p != "scaler")
+    assert all(report.has[p] for p in resume_report.PARTS if p != "scaler")
     assert report.not_needed == {"scaler": "precision is fp32: no loss scaling"}
     assert report.missing == []
     assert report.parts["progress"].detail == "step 120"
@@ -371,7 +373,7 @@ def test_cli_json_on_a_demo_checkpoint(tmp_path):
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["format"] == "demo"
-    assert set(payload["has"]) == set(resume.PARTS)
+    assert set(payload["has"]) == set(resume_report.PARTS)
     assert payload["missing"] == [] and payload["reload_ok"] is True
     assert isinstance(payload["reload_seconds"], float)
     assert payload["resume_point"] is True
@@ -617,7 +619,7 @@ def test_the_crc_check_streams_a_large_member(tmp_path):
     tracemalloc.start()
     try:
         with zipfile.ZipFile(path) as archive:
-            assert resume.zip_damage(archive) == []
+            assert resume_scan.zip_damage(archive) == []
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -649,7 +651,7 @@ def test_safetensors_sizes_must_agree_with_the_header(tmp_path, header, data, le
     fine = raw_safetensors(tmp_path / "fine.safetensors", {
         "h": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]}, "b": {"dtype": "BOOL", "shape": [], "data_offsets": [12, 13]},
         "e": {"dtype": "F32", "shape": [0], "data_offsets": [13, 13]}, "__metadata__": {"format": "pt"}}, b"\1" * 13)
-    assert resume.read_safetensors_header(fine).tensor_count == 3
+    assert resume_scan.read_safetensors_header(fine).tensor_count == 3
 
 
 def test_each_file_of_a_hugging_face_checkpoint_is_checked(tmp_path):

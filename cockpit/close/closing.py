@@ -852,7 +852,7 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
 
 
 def _torch_refusal(path: Path) -> str | None:
-    from cockpit.resume.verify import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
+    from cockpit.resume.scan import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
 
     return torch_file_refusal(path)
 

@@ -10,15 +10,14 @@ from __future__ import annotations
 import errno
 import fcntl
 import getpass
-import hashlib
 import json
 import math
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
