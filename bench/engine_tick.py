@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit.campaign import load_campaign  # noqa: E402
-from cockpit.engine import Engine  # noqa: E402
-from cockpit.gpu import FakeGpus  # noqa: E402
+from cockpit.live.engine import Engine  # noqa: E402
+from cockpit.live.gpu import FakeGpus  # noqa: E402
+from cockpit.plan.load import load_campaign  # noqa: E402
 
 
 def campaign_text(runs: int, gpus: int, start: datetime, *, days: int = 30, total_steps: int = 1_000_000,

@@ -52,8 +52,8 @@ expect_ids = "data/test_ids.txt"
 
 CHILD = """
 import json, resource, sys, time
-from cockpit.campaign import load_campaign
-from cockpit.closing import DeliverableVerdict, _check_ids
+from cockpit.close.closing import DeliverableVerdict, _check_ids
+from cockpit.plan.load import load_campaign
 campaign = load_campaign(sys.argv[1])
 deliverable = campaign.deliverable("preds")
 verdict = DeliverableVerdict(deliverable)

@@ -36,9 +36,9 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit.campaign import load_campaign  # noqa: E402
-from cockpit.engine import Engine  # noqa: E402
-from cockpit.gpu import FakeGpus  # noqa: E402
+from cockpit.live.engine import Engine  # noqa: E402
+from cockpit.live.gpu import FakeGpus  # noqa: E402
+from cockpit.plan.load import load_campaign  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_tick  # noqa: E402  (its campaign)

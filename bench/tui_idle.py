@@ -29,11 +29,18 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cockpit.campaign import load_campaign  # noqa: E402
-from cockpit.runlog import RunLog  # noqa: E402
-from cockpit.snapshot import (  # noqa: E402
-    AlertView, ClockView, GpuView, HostView, LotView, NvmlView, RunView, Snapshot,
+from cockpit.live.snapshot import (
+    AlertView,
+    ClockView,
+    GpuView,
+    HostView,
+    LotView,
+    NvmlView,
+    RunView,
+    Snapshot,
 )
+from cockpit.plan.load import load_campaign  # noqa: E402
+from cockpit.record.runlog import RunLog  # noqa: E402
 from cockpit.tui.app import CockpitApp  # noqa: E402
 
 IMPORTED = time.perf_counter()

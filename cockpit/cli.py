@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cockpit import __version__
+from cockpit.common.text import escape_control
 from cockpit.errors import Finding, UsageError
-from cockpit.text import escape_control
 
 __all__ = ["Finding", "UsageError", "main"]
 
@@ -269,8 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cockpit.campaign import CampaignError
-    from cockpit.runlog import RunLogError
+    from cockpit.plan.campaign import CampaignError
+    from cockpit.record.runlog import RunLogError
 
     module_name, function_name = args.handler.split(":")
     try:

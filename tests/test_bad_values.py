@@ -178,9 +178,9 @@ def test_a_started_line_without_ts_is_not_dated_by_the_file_mtime(seed_campaign,
 def _engine_with_a_nan_run(campaign: Path):
     from datetime import datetime, timedelta, timezone
 
-    from cockpit.campaign import load_campaign
-    from cockpit.engine import Engine
-    from cockpit.gpu import FakeGpus
+    from cockpit.plan.load import load_campaign
+    from cockpit.live.engine import Engine
+    from cockpit.live.gpu import FakeGpus
 
     now = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc)
     t0 = (now - timedelta(hours=1)).timestamp()
@@ -204,7 +204,7 @@ def test_a_run_whose_poll_fails_is_a_notice_and_hides_nothing_else(seed_campaign
 
 
 def test_a_clock_that_cannot_use_the_progress_still_reads(seed_campaign, monkeypatch):
-    from cockpit import engine as engine_module
+    from cockpit.live import engine as engine_module
 
     engine = _engine_with_a_nan_run(seed_campaign)
     real = engine_module.lot_clock
@@ -225,7 +225,7 @@ def test_a_clock_that_cannot_use_the_progress_still_reads(seed_campaign, monkeyp
 def test_the_clock_projects_at_most_a_century_ahead():
     from datetime import datetime, timedelta, timezone
 
-    from cockpit.clock import HORIZON_HOURS, projected
+    from cockpit.live.clock import HORIZON_HOURS, projected
 
     base = datetime(2026, 11, 30, tzinfo=timezone.utc)
     assert projected(base, 1e300) == base + timedelta(hours=HORIZON_HOURS) and 2126 <= projected(base, 1e300).year <= 2127

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cockpit.calendar import plan_report, schedule, window_fit
-from cockpit.campaign import Run, Task, load_campaign, read_campaign_text
+from cockpit.plan.campaign import Run, Task
+from cockpit.plan.load import load_campaign, read_campaign_text
+from cockpit.plan.schedule import plan_report, schedule, window_fit
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = ROOT / "sample_campaigns" / "sentiment-lora"

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from cockpit.callbacks import LightningReporting, TrainerReporting
-from cockpit.reporter import ReporterWarning
+from cockpit.feed.callbacks import LightningReporting, TrainerReporting
+from cockpit.feed.reporter import ReporterWarning
 
 
 class FakeLoss:
@@ -118,7 +118,7 @@ def test_hf_reports_the_raw_nan_loss_that_the_trainer_filter_hides(tmp_path):
 
 
 def test_hf_started_names_the_host_and_pid_namespace_of_its_pid(tmp_path):
-    from cockpit.reporter import process_identity
+    from cockpit.feed.reporter import process_identity
 
     trainer = FakeHFTrainer([1.0, 0.9], tmp_path / "out")
     attached(trainer, tmp_path)
@@ -193,9 +193,9 @@ def test_hf_only_the_main_process_reports(tmp_path):
 
 def test_callbacks_module_imports_without_any_framework():
     code = (
-        "import sys, cockpit.callbacks\n"
+        "import sys, cockpit.feed.callbacks\n"
         "assert not {'transformers', 'lightning', 'pytorch_lightning', 'torch'} & set(sys.modules)\n"
-        "try:\n    cockpit.callbacks.CockpitTrainerCallback\nexcept ImportError as e:\n    print('IE', e)\n"
+        "try:\n    cockpit.feed.callbacks.CockpitTrainerCallback\nexcept ImportError as e:\n    print('IE', e)\n"
         "else:\n    print('OK')\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
@@ -302,7 +302,7 @@ def test_real_hf_trainer_nan_reaches_the_cockpit(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    from cockpit.callbacks import CockpitTrainerCallback, attach_to_trainer
+    from cockpit.feed.callbacks import CockpitTrainerCallback, attach_to_trainer
 
     class Tiny(torch.nn.Module):
         def __init__(self):
@@ -339,7 +339,7 @@ def test_real_lightning_nan_and_checkpoints_reach_the_cockpit(tmp_path):
         import lightning.pytorch as pl
     except ImportError:
         pl = pytest.importorskip("pytorch_lightning")
-    from cockpit.callbacks import CockpitLightningCallback
+    from cockpit.feed.callbacks import CockpitLightningCallback
 
     class Tiny(pl.LightningModule):
         def __init__(self):

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from cockpit.campaign import CampaignError, load_campaign, read_campaign_text
+from cockpit.plan.campaign import CampaignError
+from cockpit.plan.load import load_campaign, read_campaign_text
 from tests.conftest import SAMPLES
 
 SEED = (SAMPLES / "sentiment-lora" / "campaign.toml").read_text()
@@ -162,7 +166,7 @@ def test_the_samples_ids_stay_valid():
 
 
 def test_every_path_derived_from_an_id_stays_inside_the_campaign_folder(tmp_path):
-    from cockpit.campaign import Role, Run, campaign_path
+    from cockpit.plan.campaign import Role, Run, campaign_path
 
     run = Run(id="a/../../../x", role=Role.control, hours=1)  # built directly: no validation
     with pytest.raises(ValueError, match="a/../../../x"):
@@ -179,8 +183,20 @@ def test_every_path_derived_from_an_id_stays_inside_the_campaign_folder(tmp_path
 
 
 def test_the_reporter_refuses_a_run_id_that_would_leave_the_campaign(tmp_path):
-    from cockpit.reporter import RunReporter
+    from cockpit.feed.reporter import RunReporter
 
     with pytest.raises(ValueError, match="run id"):
         RunReporter(tmp_path, "a/../../../x")
     assert not (tmp_path.parent / "x").exists()
+
+
+def test_the_tables_are_complete_at_run_time_without_the_schema_module():
+    """The constraints are annotated_types' and cockpit.plan.values': nothing is injected at run time."""
+    script = (
+        "import sys, typing\n"
+        "from cockpit.plan.campaign import Run, CampaignModel\n"
+        "typing.get_type_hints(Run, include_extras=True); typing.get_type_hints(CampaignModel)\n"
+        "assert 'cockpit.plan.schema' not in sys.modules and 'pydantic' not in sys.modules\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.calendar import schedule
-from cockpit.campaign import load_campaign, read_campaign_text
-from cockpit.clock import ItemProgress, lot_clock
+from cockpit.live.clock import ItemProgress, lot_clock
+from cockpit.plan.load import load_campaign, read_campaign_text
+from cockpit.plan.schedule import schedule
 
 ROOT = Path(__file__).resolve().parent.parent
 SEED = load_campaign(ROOT / "sample_campaigns" / "sentiment-lora")

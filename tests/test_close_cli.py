@@ -190,7 +190,7 @@ def test_closing_again_with_nothing_new_says_the_campaign_is_closed_and_records_
 
 
 def test_close_rejects_a_deliverable_of_a_run_with_an_open_alert_until_cockpit_ack(tmp_path):
-    from cockpit.runlog import RunLog
+    from cockpit.record.runlog import RunLog
 
     temp = tmp_path / "volatile"
     camp = make_campaign(tmp_path, deliverable("v/predictions", "out/v.jsonl", run="v-r16", expect_ids="data/test_ids.txt"))

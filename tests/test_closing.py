@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import decisions
-from cockpit.campaign import load_campaign
-from cockpit.closing import (
+from cockpit.close.closing import (
     TEMP_ROOTS_ENV,
     TempFolders,
     close_campaign,
@@ -27,7 +25,10 @@ from cockpit.closing import (
     safetensors_problem,
     temp_roots_from_env,
 )
-from cockpit.runlog import RunLog, ensure_started
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RunLog
+from cockpit.record.start import ensure_started
 
 LOT_START = datetime(2026, 11, 30, 8, tzinfo=timezone.utc)
 LOT_END = LOT_START + timedelta(days=3)
@@ -698,7 +699,7 @@ def test_nothing_measured_is_inconclusive_not_negative(tmp_path):
 def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measures(tmp_path):
     """`close` continues from `.cockpit/metrics-state.json` (a 30-day stream is not read again),
     and its measures equal a read from byte 0; a stream replaced since is read from its start."""
-    from cockpit.metrics import MetricsStream, save_state, state_file
+    from cockpit.live.metrics import MetricsStream, save_state, state_file
 
     camp = make_campaign(tmp_path)
     metrics(camp, "ctrl-r1", 2.5, 14.5, 0.78)
@@ -718,7 +719,7 @@ def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measure
     # v-r16's file is then replaced by a shorter one: its saved position no longer applies
     metrics(camp, "v-r16", 4, 6, 0.79)
 
-    from cockpit.metrics import load_state
+    from cockpit.live.metrics import load_state
 
     saved = load_state(state_file(camp))
     assert saved.stream("ctrl-r1", camp.resolve() / "runs" / "ctrl-r1" / "metrics.jsonl").position.offset > 0  # resumed
@@ -743,8 +744,8 @@ def test_a_closing_the_disk_refuses_records_nothing_and_a_retry_records_it_once(
     import errno
     import os as os_module
 
-    from cockpit import runlog as runlog_module
-    from cockpit.runlog import RunLogError
+    from cockpit.record import runlog as runlog_module
+    from cockpit.record.runlog import RunLogError
 
     directory = make_campaign(
         tmp_path, deliverable("preds", "out/preds.jsonl"), deliverable("other", "out/other.csv", kind="other")

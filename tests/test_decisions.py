@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from cockpit import decisions
-from cockpit.campaign import load_campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import RecordedState, RunLog
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RecordedState, RunLog
 
 
 def test_acknowledge_closes_only_an_open_alert(seed_campaign):
@@ -50,8 +50,8 @@ def test_pilot_decision_carries_the_pilot_run(seed_campaign):
 def test_no_signal_leaves_for_a_stop_the_disk_refused(seed_campaign, monkeypatch):
     import errno
 
-    from cockpit import runlog as runlog_module
-    from cockpit.runlog import RunLogError
+    from cockpit.record import runlog as runlog_module
+    from cockpit.record.runlog import RunLogError
 
     campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
     decisions.start(campaign, log)
@@ -67,8 +67,9 @@ def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monke
     import errno
     import os
 
-    from cockpit import runlog as runlog_module
-    from cockpit.runlog import RunLogError, ensure_started
+    from cockpit.record import runlog as runlog_module
+    from cockpit.record.runlog import RunLogError
+    from cockpit.record.start import ensure_started
 
     campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
     real, calls = os.fsync, []
@@ -89,7 +90,7 @@ def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monke
 
 
 def test_a_void_makes_each_kind_of_decision_absent(seed_campaign):
-    from cockpit.runlog import live_events
+    from cockpit.record.runlog import live_events
 
     campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
     decision = decisions.record_decision(campaign, log, "revise", source="key")
@@ -169,7 +170,7 @@ def test_require_open_names_the_closing(seed_campaign):
 
 
 def test_a_campaign_closed_before_it_started_is_never_started_afterwards(seed_campaign):
-    from cockpit.runlog import ensure_started
+    from cockpit.record.start import ensure_started
 
     campaign, log = load_campaign(seed_campaign), RunLog(seed_campaign)
     log.append("closed", accepted=0)

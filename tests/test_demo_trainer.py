@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import demo_trainer
-from cockpit.campaign import load_campaign
-from cockpit.demo_trainer import (
+from cockpit.demo import trainer as demo_trainer
+from cockpit.demo.trainer import (
     CheckpointError,
     Settings,
     State,
@@ -32,9 +31,10 @@ from cockpit.demo_trainer import (
     stop_runs,
     verify_in_fresh_process,
 )
+from cockpit.plan.load import load_campaign
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "cockpit" / "demo"
+TEMPLATE = ROOT / "cockpit" / "demo" / "template"
 SAMPLE = ROOT / "sample_campaigns" / "demo"
 NOW = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=timezone.utc)
 
@@ -45,7 +45,7 @@ def metrics(campaign: Path, run: str) -> list[dict]:
 
 def trainer_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "cockpit.demo_trainer", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cockpit.demo.trainer", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, cwd=ROOT)
 
 

@@ -13,12 +13,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from cockpit import decisions
-from cockpit.campaign import load_campaign
-from cockpit.engine import Engine
-from cockpit.gpu import FakeGpus, GpuSnapshot
-from cockpit.runlog import RunLog, RunLogError, iso
-from cockpit.snapshot import to_json
+from cockpit.common.times import iso
+from cockpit.live.engine import Engine
+from cockpit.live.gpu import FakeGpus, GpuSnapshot
+from cockpit.live.snapshot import to_json
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RunLog, RunLogError
 from tests.conftest import run_cli
 
 LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -252,7 +253,7 @@ def test_an_alert_the_disk_refuses_is_still_shown_marked_unrecorded(seed_campaig
         raise RunLogError("cannot write to runlog.jsonl: the disk is full; nothing was recorded")
 
     monkeypatch.setattr(RunLog, "append", full)
-    monkeypatch.setattr("cockpit.runlog.Transaction.append", full)
+    monkeypatch.setattr("cockpit.record.runlog.Transaction.append", full)
     snapshot = engine.tick()
     assert sorted(a.rule for a in snapshot.alerts) == ["f1-floor", "nan-loss", "truncated-input"]
     assert all(a.seq is None and "NOT RECORDED" in a.message for a in snapshot.alerts)
@@ -261,7 +262,7 @@ def test_an_alert_the_disk_refuses_is_still_shown_marked_unrecorded(seed_campaig
 
 
 def test_the_demo_simulates_gpus_only_where_nvml_is_unavailable_and_says_so(monkeypatch):
-    from cockpit.engine import live_gpus
+    from cockpit.live.engine import live_gpus
 
     monkeypatch.setenv("COCKPIT_NVML", "off")
     sampler = live_gpus(interval=0.05, simulate=1, name="RTX 4090", memory_total_bytes=24 * 2**30, power_limit_w=450.0)
@@ -299,7 +300,7 @@ def test_each_reported_start_is_logged_once_as_run_started(seed_campaign):
 def test_an_alert_the_disk_refused_stays_shown_and_is_written_once_there_is_room(seed_campaign):
     import errno
 
-    from cockpit import runlog as runlog_module
+    from cockpit.record import runlog as runlog_module
 
     now = LOT_START + timedelta(hours=1)
     write_stream(seed_campaign, "ctrl-r1", ['{"ts": %f, "step": 2, "loss": NaN}' % (now.timestamp() - 300)])
@@ -367,8 +368,8 @@ def test_looking_before_the_lot_starts_freezes_nothing(seed_campaign):
 
 # ---------------------------------------------------------------- built-in alerts (issue 13)
 
-from cockpit.procs import HostProcesses  # noqa: E402
-from cockpit.reporter import process_identity  # noqa: E402
+from cockpit.feed.reporter import process_identity  # noqa: E402
+from cockpit.live.host import HostProcesses  # noqa: E402
 from tests.test_procs import FakePsutil  # noqa: E402
 
 HERE = {"host": "gpu-box", "pid_ns": "pid:[4026531836]"}  # the cockpit's own host and pid namespace

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.runlog import RunLog
-from cockpit.text import escape_control, json_safe
+from cockpit.common.text import escape_control, json_safe
+from cockpit.record.runlog import RunLog
 from tests.conftest import run_cli
 
 TITLE = "\x1b]0;pwned\x07"  # OSC 0: retitles the window
@@ -58,7 +58,7 @@ def test_escape_control_leaves_ordinary_text_alone():
 def test_the_printable_fast_path_skips_nothing_that_needs_escaping():
     import sys
 
-    from cockpit.text import _UNSAFE
+    from cockpit.common.text import _UNSAFE
 
     escaped = [code for code in range(sys.maxunicode + 1) if _UNSAFE.match(chr(code))]
     assert len(escaped) == 32 + 1 + 32 + 17
@@ -253,7 +253,7 @@ from dataclasses import replace  # noqa: E402
 
 from textual import events  # noqa: E402
 
-from cockpit.snapshot import AlertView, NvmlView  # noqa: E402
+from cockpit.live.snapshot import AlertView, NvmlView  # noqa: E402
 from cockpit.tui.screens import DecisionScreen, NoteScreen, StopScreen  # noqa: E402
 from tests.test_tui import (  # noqa: E402,F401 — the autouse fixtures apply here too
     NOW, FakeSource, make_app, make_gpu, make_run, make_snapshot, no_user_themes, started, until, utc_local_time,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cockpit import closing
-from cockpit.closing import IdsError, read_ids
+from cockpit.close import closing
+from cockpit.close.closing import IdsError, read_ids
 from tests.test_closing import IDS, check, deliverable, make_campaign, write
 
 

@@ -26,12 +26,12 @@ import psutil
 import pynvml as real_nvml
 import pytest
 
-from cockpit import decisions
-from cockpit.campaign import load_campaign
-from cockpit.engine import Engine, terminate_run_of
-from cockpit.gpu import GpuSampler, NvmlSource
-from cockpit.procs import HostProcesses
-from cockpit.runlog import RunLog
+from cockpit.live.engine import Engine, terminate_run_of
+from cockpit.live.gpu import GpuSampler, NvmlSource
+from cockpit.live.host import HostProcesses
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RunLog
 from tests.conftest import ROOT, run_cli
 from tests.test_engine import Clock, NoGpus
 from tests.test_gpu import FakeNvml, gpu_spec
@@ -70,7 +70,7 @@ def wait_until(condition, seconds: float = 5.0) -> bool:
 
 HALF_LINE_WRITER = r"""
 import os, sys, time
-from cockpit import runlog
+from cockpit.record import runlog
 log = runlog.RunLog(sys.argv[1])
 log.append("note", text="before the crash")
 real_write = os.write
@@ -123,7 +123,7 @@ def test_writer_killed_mid_line_loses_only_that_line_and_the_next_writer_is_inta
 
 TIGHT_LOOP_WRITER = r"""
 import sys
-from cockpit.runlog import RunLog
+from cockpit.record.runlog import RunLog
 log = RunLog(sys.argv[1])
 index = 0
 while True:
@@ -188,7 +188,7 @@ def test_cli_note_on_a_full_disk_says_so_and_damages_nothing(seed_campaign):
 
 FULL_DISK_STATUS = r"""
 import errno, os, sys
-from cockpit import metrics
+from cockpit.live import metrics
 def full_disk(fd, data):
     raise OSError(errno.ENOSPC, "No space left on device")
 metrics.os.write = full_disk  # saving the reading positions fails; the run log was written before

@@ -24,14 +24,15 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cockpit.campaign import Campaign, CampaignError, StopRule, load_campaign, read_campaign_text
 from cockpit.commands.live import render_text
-from cockpit.engine import Engine
-from cockpit.gpu import FakeGpus
-from cockpit.metrics import MetricsStream, last_metrics, load_state, save_state
-from cockpit.rules import RuleEvaluator, RuleState
-from cockpit.runlog import encode_event
-from cockpit.snapshot import to_json
+from cockpit.live.engine import Engine
+from cockpit.live.gpu import FakeGpus
+from cockpit.live.metrics import MetricsStream, last_metrics, load_state, save_state
+from cockpit.live.rules import RuleEvaluator, RuleState
+from cockpit.live.snapshot import to_json
+from cockpit.plan.campaign import Campaign, CampaignError, StopRule
+from cockpit.plan.load import load_campaign, read_campaign_text
+from cockpit.record.runlog import encode_event
 from tests.conftest import ROOT, SAMPLES
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -247,7 +248,7 @@ def test_deep_nesting_is_a_campaign_error(text):
 @pytest.mark.parametrize("old, new", [("hours = 12 ", "hours = 1e308 "), ("start = 2026-11-30T08:00:00Z", "start = 9999-12-31T23:00:00Z")],
                          ids=["hours", "start"])
 def test_a_valid_campaign_has_computable_dates(old, new):
-    from cockpit.calendar import schedule
+    from cockpit.plan.schedule import schedule
 
     text = BASE_TEXT.replace(old, new, 1)
     try:
@@ -508,7 +509,7 @@ def test_any_lines_in_any_runs_never_hide_another_runs_alert_the_gpus_or_the_clo
     for name in ("runs", ".cockpit"):
         shutil.rmtree(folder / name, ignore_errors=True)
     (folder / "runlog.jsonl").unlink(missing_ok=True)
-    campaign = load_campaign(folder, cache=False)
+    campaign = load_campaign(folder)
     t0 = (CAMPAIGN_NOW - timedelta(hours=1)).timestamp()
     # v-r64 is well behaved, and reports a NaN loss: its alert must come whatever the others wrote
     _write(folder, "v-r64", [json.dumps({"ts": t0, "step": 10, "loss": 2.0}).encode(),

@@ -14,13 +14,7 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from cockpit.gpu import (
-    FakeGpus,
-    GpuSampler,
-    NvmlSource,
-    open_gpu_source,
-    throttle_reason_names,
-)
+from cockpit.live.gpu import FakeGpus, GpuSampler, NvmlSource, open_gpu_source, throttle_reason_names
 
 GIB = 1024**3
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cockpit import metrics
-from cockpit.metrics import (
+from cockpit.live import metrics
+from cockpit.live.metrics import (
     MetricsStream,
     RunTrack,
     SavedState,
@@ -539,8 +539,8 @@ def _reference_valid(line: bytes, cap: int) -> bool:
     cuts=st.lists(st.tuples(st.integers(0, 2000), st.booleans()), max_size=12),
 )
 def test_arbitrary_appends_in_arbitrary_splits(tmp_path: Path, segments, tail, cuts):
-    from cockpit.campaign import StopRule
-    from cockpit.rules import RuleEvaluator
+    from cockpit.plan.campaign import StopRule
+    from cockpit.live.rules import RuleEvaluator
 
     folder = tmp_path / f"fuzz-{os.urandom(6).hex()}"
     folder.mkdir()
@@ -598,8 +598,8 @@ _KEYS = st.sampled_from(["ts", "step", "event", "loss", "eval/macro_f1", "pid", 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(records=st.lists(st.dictionaries(_KEYS, _JSON, max_size=6), max_size=12))
 def test_wrong_types_and_huge_numbers_never_raise(tmp_path: Path, records):
-    from cockpit.campaign import StopRule
-    from cockpit.rules import RuleEvaluator
+    from cockpit.plan.campaign import StopRule
+    from cockpit.live.rules import RuleEvaluator
 
     folder = tmp_path / f"types-{os.urandom(6).hex()}"
     folder.mkdir()

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cockpit.gpu import GpuProcess, GpuSample
-from cockpit.procs import HostProcesses, RUN_ID_VARIABLE, is_alive, terminate_run
+from cockpit.live.gpu import GpuProcess, GpuSample
+from cockpit.live.host import HostProcesses, RUN_ID_VARIABLE, is_alive, terminate_run
 
 ME = 1000
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -422,6 +422,6 @@ def test_a_pid_is_judged_only_in_the_host_and_pid_namespace_it_came_from():
     assert procs.sees({"pid": 7, "host": "other-box", "pid_ns": here["pid_ns"]}) is False
     assert procs.sees({"pid": 7, "host": "gpu-box", "pid_ns": None}) is False  # the writer had no /proc: not comparable
     assert procs.sees({"pid": 7}) is None  # an older writer: judged as before
-    from cockpit.reporter import process_identity
+    from cockpit.feed.reporter import process_identity
 
     assert HostProcesses(FakePsutil()).identity == process_identity()

@@ -158,7 +158,7 @@ def test_a_stop_under_a_rule_that_never_triggered_needs_force(cli, seed_campaign
 
 
 def test_a_stop_under_a_rule_that_triggered_needs_no_force(cli, seed_campaign):
-    from cockpit.runlog import RunLog
+    from cockpit.record.runlog import RunLog
 
     RunLog(seed_campaign).append("alert", rule="f1-floor", run="v-r16", value=0.41, step=2400, message="F1 0.41")
     result = cli("stop", str(seed_campaign), "v-r16", "--rule", "f1-floor")
@@ -222,7 +222,7 @@ def test_void_of_a_void_or_an_unknown_seq_is_a_usage_error(cli, seed_campaign):
 
 
 def test_log_never_shows_python_none(cli, seed_campaign):
-    from cockpit.runlog import RunLog
+    from cockpit.record.runlog import RunLog
 
     log = RunLog(seed_campaign)
     log.append("closed", accepted=0, deliverables=2, cost_per_accepted_usd=None, folder="closing/")
@@ -274,8 +274,9 @@ def test_check_shows_each_path_written_outside_the_campaign_once(cli, seed_campa
 
 
 def test_the_start_is_announced_by_the_recording_that_wrote_it_only(cli, seed_campaign):
-    from cockpit.campaign import load_campaign
-    from cockpit.runlog import RunLog, ensure_started
+    from cockpit.plan.load import load_campaign
+    from cockpit.record.runlog import RunLog
+    from cockpit.record.start import ensure_started
 
     log = RunLog(seed_campaign)
     log.append("alert", rule="lot-window", run=None, message="an alert of an older cockpit, logged before the start")
@@ -313,8 +314,9 @@ def test_recording_commands_refuse_after_the_close(cli, seed_campaign):
 
 
 def test_ack_records_the_same_event_as_the_key_and_refuses_what_is_not_open(cli, seed_campaign):
-    from cockpit.campaign import load_campaign
-    from cockpit.runlog import RunLog, ensure_started
+    from cockpit.plan.load import load_campaign
+    from cockpit.record.runlog import RunLog
+    from cockpit.record.start import ensure_started
 
     log = RunLog(seed_campaign)
     ensure_started(load_campaign(seed_campaign), log)  # as the engine does before it logs an alert

@@ -14,8 +14,15 @@ from fractions import Fraction
 
 import pytest
 
-from cockpit import reporter as reporter_module
-from cockpit.reporter import RUN_ID_ENV, ReporterWarning, RunReporter, config_sha256, metric_value, process_identity
+from cockpit.feed import reporter as reporter_module
+from cockpit.feed.reporter import (
+    RUN_ID_ENV,
+    ReporterWarning,
+    RunReporter,
+    config_sha256,
+    metric_value,
+    process_identity,
+)
 
 
 class FakeTensor:
@@ -224,3 +231,27 @@ def test_finish_by_hand_is_not_repeated(tmp_path):
 def test_a_run_id_is_required(tmp_path):
     with pytest.raises(ValueError, match="run's id"):
         RunReporter(tmp_path, "")
+
+
+def test_the_feed_refuses_the_run_ids_the_plan_refuses():
+    """The feed keeps its own copy of the run id rule (it imports nothing else of cockpit): both agree."""
+    from cockpit.feed import reporter
+    from cockpit.plan import campaign
+
+    assert reporter.ID_PATTERN == campaign.ID_PATTERN and reporter.ID_RULE == campaign.ID_RULE
+    with pytest.raises(ValueError) as feed_error:
+        reporter.RunReporter("/tmp", "a/../x")
+    with pytest.raises(ValueError) as plan_error:
+        campaign.run_path("/tmp", "a/../x", "metrics.jsonl")
+    assert str(feed_error.value) == str(plan_error.value)
+
+
+def test_the_old_import_paths_still_give_the_feed():
+    """Training code written before the package layout imports cockpit.reporter and cockpit.callbacks."""
+    from cockpit import callbacks as old_callbacks
+    from cockpit import reporter as old_reporter
+    from cockpit.feed import callbacks, reporter
+
+    assert old_reporter.RunReporter is reporter.RunReporter and old_reporter.RUN_ID_ENV == reporter.RUN_ID_ENV
+    assert old_callbacks.attach_to_trainer is callbacks.attach_to_trainer
+    assert old_callbacks.TrainerReporting is callbacks.TrainerReporting

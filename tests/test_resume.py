@@ -20,8 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import resume
 from cockpit.cli import UsageError
+from cockpit.live import cadence
+from cockpit.resume import verify as resume
+from cockpit.resume import scan as resume_scan
+from cockpit.resume import report as resume_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_campaigns" / "sentiment-lora"
@@ -143,41 +146,41 @@ def no_torch_env(tmp_path, monkeypatch):
 
 def test_daly_interval_matches_the_published_figure():
     # Daly (2006): δ = 5 min, M = 24 h → about 117 min between saves
-    interval = resume.daly_interval(5 * 60, 24 * 3600)
+    interval = cadence.daly_interval(5 * 60, 24 * 3600)
     assert interval / 60 == pytest.approx(116.69, abs=0.01)
     assert round(interval / 60) == 117
 
 
 def test_daly_interval_is_the_mtbf_once_a_save_takes_two_of_them():
-    assert resume.daly_interval(3 * 3600, 1 * 3600) == 3600
+    assert cadence.daly_interval(3 * 3600, 1 * 3600) == 3600
 
 
 def test_daly_interval_minimises_the_expected_overhead():
     save, mtbf = 300.0, 86400.0
-    best = resume.daly_interval(save, mtbf)
-    at_best = resume.expected_overhead(best, save, mtbf)
+    best = cadence.daly_interval(save, mtbf)
+    at_best = cadence.expected_overhead(best, save, mtbf)
     assert at_best == pytest.approx(0.0882, abs=0.001)
     for other in (best * 0.5, best * 0.8, best * 1.25, best * 2):
-        assert resume.expected_overhead(other, save, mtbf) > at_best
+        assert cadence.expected_overhead(other, save, mtbf) > at_best
     # a restart cost makes every failure dearer
-    assert resume.expected_overhead(best, save, mtbf, restart_seconds=600) > at_best
+    assert cadence.expected_overhead(best, save, mtbf, restart_seconds=600) > at_best
 
 
 def test_latest_final_save_leaves_room_for_the_save_and_the_copy_off():
     end = datetime(2026, 12, 3, 8, 0, tzinfo=timezone.utc)
-    latest = resume.latest_final_save(end, retrieval_hours=1, save_seconds=300)
+    latest = cadence.latest_final_save(end, retrieval_hours=1, save_seconds=300)
     assert latest == datetime(2026, 12, 3, 6, 55, tzinfo=timezone.utc)
-    advice = resume.save_advice(300, lot_end=end, retrieval_hours=1, now=latest + timedelta(seconds=1))
+    advice = cadence.save_advice(300, lot_end=end, retrieval_hours=1, now=latest + timedelta(seconds=1))
     assert advice.too_late is True
     assert advice.to_json()["latest_final_save"] == "2026-12-03T06:55:00.000Z"
-    assert resume.save_advice(300, lot_end=end, retrieval_hours=1, now=latest).too_late is False
+    assert cadence.save_advice(300, lot_end=end, retrieval_hours=1, now=latest).too_late is False
     assert round(advice.to_json()["interval_minutes"]) == 117
 
 
 @pytest.mark.parametrize("save, mtbf", [(0, 24), (-1, 24), (float("nan"), 24), (60, 0), (60, float("inf"))])
 def test_save_advice_refuses_meaningless_inputs(save, mtbf):
     with pytest.raises(ValueError):
-        resume.save_advice(save, mtbf_hours=mtbf)
+        cadence.save_advice(save, mtbf_hours=mtbf)
 
 
 def test_save_time_comes_from_the_runs_checkpoint_events(tmp_path):
@@ -199,16 +202,16 @@ def test_save_time_comes_from_the_runs_checkpoint_events(tmp_path):
 
 def test_safetensors_header_is_read_by_hand(tmp_path):
     path = write_safetensors(tmp_path / "m.safetensors", {"a": [1.0, 2.0], "b": [3.0]})
-    header = resume.read_safetensors_header(path)
+    header = resume_scan.read_safetensors_header(path)
     assert (header.tensor_count, header.data_bytes, header.metadata) == (2, 12, {"format": "pt"})
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[:-4])
-    with pytest.raises(resume.CheckpointUnreadable, match="truncated"):
-        resume.read_safetensors_header(cut)
+    with pytest.raises(resume_report.CheckpointUnreadable, match="truncated"):
+        resume_scan.read_safetensors_header(cut)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(struct.pack("<Q", 5) + b"{oops")
-    with pytest.raises(resume.CheckpointUnreadable, match="not JSON"):
-        resume.read_safetensors_header(junk)
+    with pytest.raises(resume_report.CheckpointUnreadable, match="not JSON"):
+        resume_scan.read_safetensors_header(junk)
 
 
 def test_scanner_reads_a_torch_file_without_running_it(tmp_path):
@@ -218,7 +221,7 @@ def test_scanner_reads_a_torch_file_without_running_it(tmp_path):
         "optimizer_state_dict": {"state": {}, "param_groups": [{"lr": 0.1, "params": [0, 1]}]},
         "loss": 0.31,
     })
-    scan = resume.scan_torch_file(path)
+    scan = resume_scan.scan_torch_file(path)
     assert scan.tensor_count == 2 and scan.globals == []
     report = resume.verify_resume(path, reload=False)
     assert report.format == "pytorch"
@@ -249,7 +252,7 @@ def test_a_bare_state_dict_is_weights_only(tmp_path):
     path = torch_like_file(tmp_path / "weights.pt", {"fc.weight": FakeTensor(), "fc.bias": FakeTensor()})
     report = resume.verify_resume(path, reload=False)
     assert report.has["model"] and not report.resume_point
-    assert set(report.missing) == set(resume.PARTS) - {"model"}
+    assert set(report.missing) == set(resume_report.PARTS) - {"model"}
 
 
 def test_numpy_objects_are_named_as_what_weights_only_refuses(tmp_path):
@@ -261,7 +264,7 @@ def test_numpy_objects_are_named_as_what_weights_only_refuses(tmp_path):
     path = tmp_path / "np.pt"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl", data)
-    scan = resume.scan_torch_file(path)
+    scan = resume_scan.scan_torch_file(path)
     assert scan.globals == ["numpy._core.multiarray._reconstruct"]
 
 
@@ -313,7 +316,7 @@ def test_demo_npz_is_a_full_resume_point(tmp_path):
     path = write_npz(tmp_path / "step-120.npz", demo_members())
     report = resume.verify_resume(path)
     assert report.format == "demo"
-    assert all(report.has[p] for p in resume.PARTS if p != "scaler")
+    assert all(report.has[p] for p in resume_report.PARTS if p != "scaler")
     assert report.not_needed == {"scaler": "precision is fp32: no loss scaling"}
     assert report.missing == []
     assert report.parts["progress"].detail == "step 120"
@@ -356,7 +359,7 @@ def test_a_folder_of_checkpoints_checks_the_newest_and_skips_partial_saves(tmp_p
 
 
 def test_core_imports_neither_torch_nor_numpy_nor_textual():
-    code = "import sys, cockpit.resume; print(sorted(m for m in ('torch', 'numpy', 'textual') if m in sys.modules))"
+    code = "import sys, cockpit.resume.verify; print(sorted(m for m in ('torch', 'numpy', 'textual') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -370,7 +373,7 @@ def test_cli_json_on_a_demo_checkpoint(tmp_path):
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert payload["format"] == "demo"
-    assert set(payload["has"]) == set(resume.PARTS)
+    assert set(payload["has"]) == set(resume_report.PARTS)
     assert payload["missing"] == [] and payload["reload_ok"] is True
     assert isinstance(payload["reload_seconds"], float)
     assert payload["resume_point"] is True
@@ -616,7 +619,7 @@ def test_the_crc_check_streams_a_large_member(tmp_path):
     tracemalloc.start()
     try:
         with zipfile.ZipFile(path) as archive:
-            assert resume.zip_damage(archive) == []
+            assert resume_scan.zip_damage(archive) == []
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -648,7 +651,7 @@ def test_safetensors_sizes_must_agree_with_the_header(tmp_path, header, data, le
     fine = raw_safetensors(tmp_path / "fine.safetensors", {
         "h": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 12]}, "b": {"dtype": "BOOL", "shape": [], "data_offsets": [12, 13]},
         "e": {"dtype": "F32", "shape": [0], "data_offsets": [13, 13]}, "__metadata__": {"format": "pt"}}, b"\1" * 13)
-    assert resume.read_safetensors_header(fine).tensor_count == 3
+    assert resume_scan.read_safetensors_header(fine).tensor_count == 3
 
 
 def test_each_file_of_a_hugging_face_checkpoint_is_checked(tmp_path):

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.campaign import StopRule, load_campaign
-from cockpit.metrics import MetricsStream, last_metrics, load_state, save_state
-from cockpit.rules import CONFIG_CHANGED, RuleEvaluator, RuleState, Trigger
+from cockpit.live.metrics import MetricsStream, last_metrics, load_state, save_state
+from cockpit.live.rules import CONFIG_CHANGED, RuleEvaluator, RuleState, Trigger
+from cockpit.plan.campaign import StopRule
+from cockpit.plan.load import load_campaign
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_campaigns"
 T0 = 1764489600.0  # 2025-11-30T08:00:00Z

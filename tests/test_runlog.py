@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cockpit import runlog as runlog_module
-from cockpit.campaign import load_campaign
-from cockpit.runlog import RecordedState, RunLog, RunLogError, ensure_started, frozen_plan_path, plan_drift
+from cockpit.common.layout import frozen_plan_path
+from cockpit.plan.load import load_campaign
+from cockpit.record import runlog as runlog_module
+from cockpit.record.runlog import RecordedState, RunLog, RunLogError
+from cockpit.record.start import ensure_started, plan_drift
 
 
 def test_append_numbers_events_and_stamps_them(tmp_path):

@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.runlog import RunLog
+from cockpit.record.runlog import RunLog
 from tests.conftest import ROOT
 
 COCKPIT = ROOT / "cockpit"
@@ -69,7 +69,7 @@ def test_a_first_status_creates_nothing_the_group_or_world_can_write(seed_campai
     assert cockpit("status", str(seed_campaign), "--json", umask=umask).returncode in (0, 1)
     state = seed_campaign / ".cockpit"
     written = [state, *state.rglob("*")]
-    assert {p.name for p in written} >= {".cockpit", "validated", "metrics-state.json"}
+    assert {p.name for p in written} >= {".cockpit", "metrics-state.json"}  # no validated-campaign cache any more
     for path in written:
         mode = stat.S_IMODE(path.lstat().st_mode)
         assert mode & 0o022 == 0 and mode & 0o007 == 0, f"{path} is {oct(mode)}"
@@ -139,7 +139,7 @@ def test_the_scan_would_catch_a_shell(tmp_path):
 
 
 def test_a_deliverable_reload_command_runs_without_a_shell_and_with_a_timeout(tmp_path):
-    from cockpit.closing import run_reload_command
+    from cockpit.close.closing import run_reload_command
 
     marker = tmp_path / "shell-ran"
     ok, detail = run_reload_command(f"echo $HOME > {marker} ; touch {marker}", tmp_path, timeout=30)
@@ -332,31 +332,32 @@ def resume_point(**extra) -> dict:
 
 
 def test_the_globals_scan_walks_opcodes_and_runs_nothing(tmp_path):
-    from cockpit import resume
+    from cockpit.resume import scan as resume_scan
 
     marker = tmp_path / "MARKER"
     for protocol in (0, 2, 4, 5):
         data = pickle.dumps({"a": Payload(marker), "b": [Payload(marker)], "c": argparse_namespace()}, protocol=protocol)
-        found = resume.pickle_globals(io.BytesIO(data))
+        found = resume_scan.pickle_globals(io.BytesIO(data))
         assert {f"{os.system.__module__}.system", "argparse.Namespace"} <= set(found), protocol
-        assert f"{os.system.__module__}.system" in resume.would_run_code(found)
+        assert f"{os.system.__module__}.system" in resume_scan.would_run_code(found)
         if protocol >= 2:  # protocol 0 builds objects through copy_reg, which is no allowlisted global
             assert set(found) == {f"{os.system.__module__}.system", "argparse.Namespace"}
-            assert resume.would_run_code(found) == [f"{os.system.__module__}.system"]
-            assert resume.needs_trust(found) == ["argparse.Namespace"]
+            assert resume_scan.would_run_code(found) == [f"{os.system.__module__}.system"]
+            assert resume_scan.needs_trust(found) == ["argparse.Namespace"]
     # protocol 4 names a global by two strings on the stack; the second one from the same module
     # comes from the memo
-    assert resume.pickle_globals(io.BytesIO(pickle.dumps([os.system, os.getcwd], protocol=4))) == [
+    assert resume_scan.pickle_globals(io.BytesIO(pickle.dumps([os.system, os.getcwd], protocol=4))) == [
         f"{os.system.__module__}.system", f"{os.getcwd.__module__}.getcwd"]
     path = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
-    scan = resume.scan_torch_file(path)
+    scan = resume_scan.scan_torch_file(path)
     assert scan.would_run_code == ["posix.system"] and not marker.exists()
 
 
 def test_the_legacy_torch_format_is_vetted_pickle_by_pickle(tmp_path):
     """torch's pre-1.6 format: five pickles back to back (magic, protocol, system info, the object,
     the storage keys), then raw bytes; code hidden in the last one is found too."""
-    from cockpit import resume
+    from cockpit.resume import verify as resume
+    from cockpit.resume import scan as resume_scan
 
     marker = tmp_path / "MARKER"
     path = tmp_path / "old.pt"
@@ -365,7 +366,7 @@ def test_the_legacy_torch_format_is_vetted_pickle_by_pickle(tmp_path):
                      {"optimizer": {"state": {}, "param_groups": []}, "step": 7}, ["0", Payload(marker)]):
             pickle.dump(part, handle, protocol=2)
         handle.write(b"\0" * 64)
-    scan = resume.scan_torch_file(path)
+    scan = resume_scan.scan_torch_file(path)
     assert scan.would_run_code == ["posix.system"]
     report = resume.verify_resume(path)
     assert report.would_run_code == ["posix.system"] and not report.ok and not marker.exists()
@@ -398,18 +399,19 @@ def test_verify_resume_never_runs_the_code_in_a_checkpoint(tmp_path, fake_torch,
 
 def test_the_reload_child_admits_only_the_vetted_globals(tmp_path, fake_torch):
     """Even were the vetting wrong, the unpickler in the fresh process resolves no other global."""
-    from cockpit import resume
+    from cockpit.resume import scan as resume_scan
+    from cockpit.resume import reload as resume_reload
 
     marker = tmp_path / "MARKER"
     path = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
-    forged = {str(path): resume.Vetting(globals=["torch._utils._rebuild_tensor_v2", "collections.OrderedDict"])}
-    reload = resume.reload_in_new_process([(path, "torch")], trust=True, vetting=forged)
+    forged = {str(path): resume_scan.Vetting(globals=["torch._utils._rebuild_tensor_v2", "collections.OrderedDict"])}
+    reload = resume_reload.reload_in_new_process([(path, "torch")], trust=True, vetting=forged)
     assert not reload.ok and not marker.exists()
     assert "would run code: posix.system" in reload.error
 
 
 def test_trust_checkpoint_loads_allowlisted_globals_and_only_with_the_flag(tmp_path, fake_torch):
-    from cockpit import resume
+    from cockpit.resume import verify as resume
 
     path = torch_zip(tmp_path / "args.pt", resume_point(args=argparse_namespace()))
     refused = resume.verify_resume(path)
@@ -425,7 +427,7 @@ def test_trust_checkpoint_loads_allowlisted_globals_and_only_with_the_flag(tmp_p
 
 
 def test_the_closing_reload_refuses_a_checkpoint_that_would_run_code_or_is_damaged(tmp_path):
-    from cockpit import closing
+    from cockpit.close import closing
 
     marker = tmp_path / "MARKER"
     evil = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.campaign import load_campaign
-from cockpit.runlog import RunLog, RunLogError, Transaction
-from cockpit.snapshot import (
+from cockpit.live.snapshot import (
     AlertView,
     ClockView,
     GpuView,
@@ -28,6 +26,8 @@ from cockpit.snapshot import (
     RunView,
     Snapshot,
 )
+from cockpit.plan.load import load_campaign
+from cockpit.record.runlog import RunLog, RunLogError, Transaction
 from cockpit.tui import format as fmt
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen
@@ -650,7 +650,7 @@ def log_options(app: CockpitApp) -> list[str]:
 
 async def test_the_log_screen_lists_the_run_log_newest_first(seed_campaign):
     campaign = load_campaign(seed_campaign)
-    from cockpit import decisions
+    from cockpit.record import decisions
 
     log = RunLog(seed_campaign)
     decisions.record_note(campaign, log, "setup took 6 h", source="cli")
@@ -669,7 +669,7 @@ async def test_the_log_screen_lists_the_run_log_newest_first(seed_campaign):
 
 
 async def test_void_from_the_log_screen_takes_a_stop_back(seed_campaign):
-    from cockpit import decisions
+    from cockpit.record import decisions
 
     campaign = load_campaign(seed_campaign)
     stop = decisions.record_stop(campaign, RunLog(seed_campaign), "v-r16", reason="wrong key", source="key")
@@ -697,7 +697,7 @@ async def test_void_from_the_log_screen_takes_a_stop_back(seed_campaign):
 
 
 async def test_a_stop_of_the_finished_control_voided_from_the_log_lets_close_accept_it(tmp_path, monkeypatch):
-    from cockpit.closing import evaluate
+    from cockpit.close.closing import evaluate
     from tests.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
 
     monkeypatch.setenv("COCKPIT_TEMP_ROOTS", str(tmp_path / "volatile"))
@@ -724,7 +724,7 @@ async def test_a_stop_of_the_finished_control_voided_from_the_log_lets_close_acc
 
 
 async def test_only_decisions_can_be_voided_from_the_log_screen(seed_campaign):
-    from cockpit import decisions
+    from cockpit.record import decisions
 
     decisions.record_note(load_campaign(seed_campaign), RunLog(seed_campaign), "a note", source="key")
     app = make_app(seed_campaign, bell=False)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from cockpit.runlog import RunLog
+from cockpit.record.runlog import RunLog
 from tests.conftest import ROOT
 
 # The user's shell under nohup: SIGHUP ignored before the cockpit starts.

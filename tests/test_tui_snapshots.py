@@ -76,9 +76,9 @@ def test_window_alert_pinned_above_older_alerts_80x24(snap_compare, seed_campaig
 
 
 def test_log_screen_80x24(snap_compare, seed_campaign):
-    from cockpit import decisions
-    from cockpit.campaign import load_campaign
-    from cockpit.runlog import RunLog
+    from cockpit.record import decisions
+    from cockpit.plan.load import load_campaign
+    from cockpit.record.runlog import RunLog
 
     log = RunLog(seed_campaign, clock=lambda: NOW, source_user="ana@gpu-box")
     campaign = load_campaign(seed_campaign)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cockpit.campaign import load_campaign
-from cockpit.runlog import plan_drift
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.plan.load import load_campaign
+from cockpit.record.start import plan_drift
 
 
 def _print(text: str) -> None:

@@ -11,8 +11,8 @@ import sys
 import textwrap
 from typing import Any
 
-from cockpit.closing import Closing, close_campaign, stop_cause, summary_json
-from cockpit.text import escape_control
+from cockpit.close.closing import Closing, close_campaign, stop_cause, summary_json
+from cockpit.common.text import escape_control
 
 WIDTH = 80
 

@@ -8,8 +8,8 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+from cockpit.common.times import utc_now
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import utc_now
 
 
 def _target(args) -> Path:
@@ -31,8 +31,8 @@ def _ask_to_stop(count: int) -> bool:
 
 
 def run(args) -> int:
-    from cockpit.campaign import load_campaign
-    from cockpit.demo_trainer import launch_runs, prepare_demo, stop_runs
+    from cockpit.plan.load import load_campaign
+    from cockpit.demo.trainer import launch_runs, prepare_demo, stop_runs
 
     themes = None
     if not args.no_tui:  # refused before anything is made or started
@@ -55,7 +55,7 @@ def run(args) -> int:
         return 0
 
     from cockpit.commands.tui import run_app
-    from cockpit.engine import Engine, live_gpus
+    from cockpit.live.engine import Engine, live_gpus
 
     try:
         # the demo's lot is an RTX 4090: simulated figures in its range (24 GB, 450 W), labelled simulated

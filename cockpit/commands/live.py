@@ -8,13 +8,13 @@ import sys
 import threading
 from datetime import datetime
 
-from cockpit.campaign import load_campaign
-from cockpit.engine import Engine, env_nvml_source
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import parse_ts, utc_now
 from cockpit.errors import UsageError
-from cockpit.gpu import GpuSampler
-from cockpit.runlog import parse_ts, utc_now
-from cockpit.snapshot import Snapshot, to_json
-from cockpit.text import escape_control, json_safe
+from cockpit.live.engine import Engine, env_nvml_source
+from cockpit.live.gpu import GpuSampler
+from cockpit.live.snapshot import Snapshot, to_json
+from cockpit.plan.load import load_campaign
 
 RUN_COLUMN = 16  # the run ids' column; a longer id widens it, so columns never run together
 
@@ -109,7 +109,7 @@ def render_text(snapshot: Snapshot) -> str:
 
 
 def status(args) -> int:
-    campaign = load_campaign(args.dir, cache=True)
+    campaign = load_campaign(args.dir)
     engine = Engine(campaign)  # NVML sampled once, in the tick
     try:
         snapshot = engine.tick()
@@ -125,7 +125,7 @@ def status(args) -> int:
 def watch(args) -> int:
     if not args.headless:
         raise UsageError("`watch` runs without a UI and needs --headless; the cockpit's screen is `cockpit DIR`")
-    campaign = load_campaign(args.dir, cache=True)
+    campaign = load_campaign(args.dir)
     sampler = GpuSampler(env_nvml_source(), interval=max(1.0, args.interval)).start()
     engine = Engine(campaign, gpus=sampler)
     stopping = threading.Event()

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from cockpit.calendar import PlanReport, Schedule, describe_tiers, plan_report
-from cockpit.campaign import load_campaign
-from cockpit.text import escape_control, json_safe
+from cockpit.common.text import escape_control, json_safe
+from cockpit.plan.load import load_campaign
+from cockpit.plan.schedule import PlanReport, Schedule, describe_tiers, plan_report
 
 GANTT_LABEL = 10  # "retrieval " — the lane names' column
 GANTT_WIDTH = 64  # bar columns: label + bars + lot-end marker stay within 80 columns
@@ -22,7 +22,7 @@ LEGEND_KEYS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
 def run(args) -> int:
-    from cockpit.cli import UsageError
+    from cockpit.errors import UsageError
 
     extra = float(getattr(args, "extra_hours", 0.0) or 0.0)
     if extra < 0:

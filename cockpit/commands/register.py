@@ -10,11 +10,15 @@ import json
 import sys
 from typing import Any
 
-from cockpit import decisions
-from cockpit.campaign import Campaign, load_campaign
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import parse_ts
 from cockpit.errors import UsageError
-from cockpit.runlog import RunLog, parse_ts, plan_drift
-from cockpit.text import escape_control, json_safe
+from cockpit.plan.campaign import Campaign
+from cockpit.plan.load import load_campaign
+from cockpit.record import decisions
+from cockpit.record.describe import event_summary
+from cockpit.record.runlog import RunLog
+from cockpit.record.start import plan_drift
 
 SOURCE = "cli"
 FINISHED_OK = ("ok", "success", "finished", "done")  # a `finished` status that means a clean end (as the engine reads it)
@@ -34,7 +38,7 @@ def _say_start_and_drift(campaign: Campaign, log: RunLog) -> None:
 
 
 def stop(args) -> int:
-    from cockpit.engine import last_metrics_of_run, terminate_run_of, track_of
+    from cockpit.live.engine import last_metrics_of_run, terminate_run_of, track_of
 
     campaign, log = _open(args)
     decisions.require_run(campaign, args.run)
@@ -151,43 +155,6 @@ def ack(args) -> int:
 # ---------------------------------------------------------------- log
 
 
-def _summary(event: dict[str, Any]) -> str:
-    kind = event["type"]
-    if kind == "campaign_started":
-        return f"plan frozen, sha256 {str(event.get('plan_sha256', ''))[:12]}…"
-    if kind == "stop":
-        cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason') or 'none given'}"
-        if event.get("rule") and event.get("reason"):
-            cause += f" ({event['reason']})"
-        signal = event.get("signal") or {}
-        flags = [f for f, on in (("rule never triggered", event.get("rule_triggered") is False), ("after the run finished", event.get("after_finish"))) if on]
-        return cause + (", SIGTERM sent" if signal.get("sent") else "") + "".join(f", {f}" for f in flags)
-    if kind == "pilot_decision":
-        return str(event.get("decision")) + (f" — {event['note']}" if event.get("note") else "")
-    if kind in ("accepted", "rejected"):
-        return str(event.get("deliverable")) + (f" — {event['cause']}" if event.get("cause") else "")
-    if kind == "note":
-        return str(event.get("text"))
-    if kind == "signal":
-        return str(event.get("detail") or ("SIGTERM sent" if event.get("sent") else "no signal sent"))
-    if kind == "void":
-        return f"takes back seq {event.get('voided_seq')} ({event.get('voided_type')}) — {event.get('reason')}"
-    if kind in ("alert", "ack"):
-        return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
-    skip = {"seq", "ts", "type", "run", "who", "source"}
-    return ", ".join(
-        f"{k}={_plain_value(v)}" for k, v in event.items() if k not in skip and v is not None and not isinstance(v, (dict, list))
-    )[:120]
-
-
-def _plain_value(value: Any) -> str:
-    """A value as a person reads it: true/false, not Python's True/False (None is left out)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-event_summary = _summary  # the TUI's log screen says the same as `cockpit log`
-
-
 def _local(ts: Any) -> str:
     moment = parse_ts(ts) if isinstance(ts, str) else None
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if moment else str(ts)
@@ -211,7 +178,7 @@ def show_log(args) -> int:
     for event, run in zip(events, runs):
         kind = escape_control(event["type"])
         origin = " ".join(str(x) for x in (event.get("source"), event.get("who")) if x)
-        print(escape_control(f"{event['seq']:>5}  {_local(event.get('ts'))}  {kind:<16} {run:<{width}} {_summary(event)}  [{origin}]"))
+        print(escape_control(f"{event['seq']:>5}  {_local(event.get('ts'))}  {kind:<16} {run:<{width}} {event_summary(event)}  [{origin}]"))
     if read.bad_lines:
         numbers = ", ".join(str(n) for n in read.bad_line_numbers[:10])
         more = "…" if read.bad_lines > 10 else ""

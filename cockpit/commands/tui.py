@@ -32,7 +32,7 @@ def require_terminal(hint: str) -> None:
 
 def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
     """Run the TUI over `engine` until the user quits; the engine is closed after the last tick."""
-    from cockpit.engine import terminate_run_of
+    from cockpit.live.engine import terminate_run_of
     from cockpit.tui.app import CockpitApp
 
     app = None
@@ -58,13 +58,13 @@ def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
 
 
 def run(args) -> int:
-    from cockpit.campaign import load_campaign
+    from cockpit.plan.load import load_campaign
 
     catalog = theme_catalog(args.theme)
-    campaign = load_campaign(args.dir, cache=True)
+    campaign = load_campaign(args.dir)
     require_terminal(f"for a one-off view without one use `cockpit status {args.dir}` or `cockpit status {args.dir} --json`")
     # Imported here: the engine samples NVML and reads the runs' metrics, which `cockpit --help` never needs.
-    from cockpit.engine import Engine, live_gpus
+    from cockpit.live.engine import Engine, live_gpus
 
     engine = Engine(campaign, gpus=live_gpus())  # NVML on its own thread: a hung driver call never freezes the screen
     return run_app(campaign, engine, theme=args.theme, bell=not args.no_bell, themes=catalog)

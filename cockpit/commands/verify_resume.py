@@ -11,10 +11,13 @@ import textwrap
 from datetime import timezone
 from pathlib import Path
 
-from cockpit import resume
-from cockpit.cli import Finding, UsageError
-from cockpit.runlog import iso, utc_now
-from cockpit.text import escape_control, json_safe
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import iso, utc_now
+from cockpit.errors import Finding, UsageError
+from cockpit.live import cadence
+from cockpit.resume import verify as resume
+from cockpit.resume import scan as resume_scan
+from cockpit.resume import report as resume_report
 
 
 def run(args) -> int:
@@ -23,7 +26,7 @@ def run(args) -> int:
     if not (math.isfinite(mtbf_hours) and mtbf_hours > 0):
         raise UsageError(f"--mtbf-hours must be a positive number of hours (got {mtbf_hours:g})")
     timeout = getattr(args, "timeout", None)
-    timeout = resume.DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
+    timeout = resume_report.DEFAULT_TIMEOUT_S if timeout is None else float(timeout)
     if not (math.isfinite(timeout) and timeout > 0):
         raise UsageError(f"--timeout must be a positive number of seconds (got {timeout:g})")
     record = getattr(args, "record", None)
@@ -66,12 +69,12 @@ def run(args) -> int:
 
 
 def _load(directory: str):
-    from cockpit.campaign import load_campaign
+    from cockpit.plan.load import load_campaign
 
     return load_campaign(directory)
 
 
-def _advice(report: resume.ResumeReport, campaign, run_entry, mtbf_hours: float) -> resume.SaveAdvice | None:
+def _advice(report: resume_report.ResumeReport, campaign, run_entry, mtbf_hours: float) -> cadence.SaveAdvice | None:
     """Daly's interval from the run's measured saves, else from the timed reload."""
     save_seconds, source = None, None
     if run_entry is not None:
@@ -83,14 +86,14 @@ def _advice(report: resume.ResumeReport, campaign, run_entry, mtbf_hours: float)
         return None
     lot_end = campaign.lot.end if campaign is not None else None
     retrieval = campaign.model.calendar.retrieval_hours if campaign is not None else 0.0
-    return resume.save_advice(
+    return cadence.save_advice(
         save_seconds, mtbf_hours=mtbf_hours, source=source,
         restart_seconds=report.reload.seconds or 0.0,
         lot_end=lot_end, retrieval_hours=retrieval, now=utc_now(),
     )
 
 
-def _record(report: resume.ResumeReport, campaign, run_entry) -> bool:
+def _record(report: resume_report.ResumeReport, campaign, run_entry) -> bool:
     if not report.ok:
         why = "it is not a resume point" if not report.resume_point else "it did not reload"
         report.notes.append(f"nothing recorded for {run_entry.id}: {why}")
@@ -145,7 +148,7 @@ def _duration(seconds: float) -> str:
     return f"{round(minutes)} min ({hours} h {rest:02d} min)"
 
 
-def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> None:
+def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry) -> None:
     width = _width()
     out = []
     out.append(_line("checkpoint", report.checkpoint or report.path, width))
@@ -156,7 +159,7 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
     out.append(_line("format", " · ".join(facts), width))
     if report.problem:
         out.append(_line("problem", report.problem, width))
-    for part in resume.PARTS if not report.problem else ():
+    for part in resume_report.PARTS if not report.problem else ():
         entry = report.parts[part]
         if entry.present:
             status, text = "yes", entry.where or ""
@@ -167,7 +170,7 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
         elif part in report.not_needed:
             status, text = "not needed", report.not_needed[part]
         else:
-            status, text = "MISSING", resume.COSTS[part].split(": ", 1)[1]
+            status, text = "MISSING", resume_report.COSTS[part].split(": ", 1)[1]
         out.append(textwrap.fill(
             text, width=width, initial_indent=f"  {part:<14}{status:<11}", subsequent_indent=" " * 27,
             break_on_hyphens=False, break_long_words=False,
@@ -199,11 +202,11 @@ def _print_text(report: resume.ResumeReport, advice, recorded, run_entry) -> Non
     elif report.would_run_code:
         verdict = (
             f"NOT verified: it would run code ({', '.join(report.would_run_code[:6])}) when unpickled, so it "
-            f"was not loaded, not even with {resume.TRUST_FLAG}"
+            f"was not loaded, not even with {resume_scan.TRUST_FLAG}"
         )
     elif report.needs_trust:
         verdict = (
-            f"NOT verified: it needs {resume.TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
+            f"NOT verified: it needs {resume_scan.TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
             "and only if you trust the file"
         )
     elif not report.resume_point:

@@ -3,7 +3,7 @@ record decisions in the run log.
 
 Nothing here decides anything about the campaign. A thread worker asks the snapshot source for
 one tick at a time (the next one is scheduled only after the last one arrived, and not while a
-dialog is open); every decision goes through `cockpit.decisions` in a thread worker and is
+dialog is open); every decision goes through `cockpit.record.decisions` in a thread worker and is
 confirmed on screen only once it is on disk.
 """
 
@@ -30,12 +30,13 @@ from textual.filter import Monochrome, NoColor
 from textual.widgets import Footer
 from textual.widgets._toast import Toast
 
-from cockpit import decisions
-from cockpit.campaign import Campaign
+from cockpit.common.text import escape_control
+from cockpit.common.times import utc_now
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import RunLog, RunLogError, utc_now
-from cockpit.snapshot import AlertView, RunView, Snapshot, SnapshotSource
-from cockpit.text import escape_control
+from cockpit.live.snapshot import AlertView, RunView, Snapshot, SnapshotSource
+from cockpit.plan.campaign import Campaign
+from cockpit.record import decisions
+from cockpit.record.runlog import RunLog, RunLogError
 from cockpit.tui import format as fmt
 from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed
 from cockpit.tui.screens import (
@@ -622,7 +623,7 @@ class CockpitApp(App[None]):
 
     def _read_log(self, then: Callable[[list[dict[str, Any]], dict[int, str]], None]) -> None:
         """Read the run log in a thread; `then` gets its events and their one-line summaries."""
-        from cockpit.commands.register import event_summary
+        from cockpit.record.describe import event_summary
 
         log = self.run_log
 

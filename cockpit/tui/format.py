@@ -7,7 +7,7 @@ import math
 from datetime import datetime
 from decimal import Decimal
 
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
 
 DASH = "—"
 

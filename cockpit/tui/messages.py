@@ -9,7 +9,7 @@ from typing import Any
 
 from textual.message import Message
 
-from cockpit.snapshot import Snapshot
+from cockpit.live.snapshot import Snapshot
 
 
 @dataclass

@@ -19,11 +19,12 @@ from textual.widgets.option_list import Option
 
 from typing import Any
 
-from cockpit.campaign import StopRule
-from cockpit.decisions import PILOT_DECISIONS, VOIDABLE_NAMES
-from cockpit.runlog import parse_ts, voided_seqs
-from cockpit.snapshot import RunView
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.common.times import parse_ts
+from cockpit.live.snapshot import RunView
+from cockpit.plan.campaign import StopRule
+from cockpit.record.decisions import PILOT_DECISIONS, VOIDABLE_NAMES
+from cockpit.record.runlog import voided_seqs
 from cockpit.tui import format as fmt
 
 NO_RULE = "no-rule"

@@ -12,8 +12,8 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from cockpit.snapshot import AlertView
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.live.snapshot import AlertView
 from cockpit.tui import format as fmt
 
 AlertKey = tuple[str, int | None]  # (the engine's alert key, seq of the alert event)

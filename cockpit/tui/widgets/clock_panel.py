@@ -7,8 +7,8 @@ from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
-from cockpit.snapshot import ClockView, LotView
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.live.snapshot import ClockView, LotView
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.text_lines import TextLines
 

@@ -7,8 +7,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from cockpit.snapshot import GpuView, HostView, NvmlView
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.live.snapshot import GpuView, HostView, NvmlView
 from cockpit.tui.widgets.gpu_row import GpuRow, problem_text
 from cockpit.tui.widgets.host_line import HostLine
 

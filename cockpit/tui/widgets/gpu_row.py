@@ -8,8 +8,8 @@ from typing import ClassVar
 
 from rich.text import Text
 
-from cockpit.snapshot import GpuView
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.live.snapshot import GpuView
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.sparkline import sparkline
 from cockpit.tui.widgets.text_lines import TextLines

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from cockpit.snapshot import HostView
+from cockpit.live.snapshot import HostView
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.text_lines import TextLines
 

@@ -13,8 +13,8 @@ from rich.text import Text
 from textual.cache import LRUCache
 from textual.widgets import DataTable
 
-from cockpit.snapshot import RunView
-from cockpit.text import escape_control
+from cockpit.common.text import escape_control
+from cockpit.live.snapshot import RunView
 from cockpit.tui import format as fmt
 
 Cell = tuple[str, str]  # (text, style name: "" for plain)

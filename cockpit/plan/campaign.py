@@ -1,15 +1,14 @@
-"""The campaign (`campaign.toml`, schema 1): its typed tables and the loader.
+"""The campaign (`campaign.toml`, schema 1): its typed tables.
 
-The tables are plain frozen dataclasses, so the engine, `status` and the TUI never import
-pydantic. Their constraints are written as annotations (`hours: PositiveHours`) that
-`cockpit.campaign_schema` resolves when it validates a file, naming the file, the table, the item
-id and the key of every problem. A campaign text validated once is kept in `.cockpit/` by
-`cockpit.campaign_cache`; commands that run every few seconds (`status`, `watch`, the TUI)
-read it from there as long as the text and this code are unchanged.
+The tables are plain frozen dataclasses, so the engine, `status` and the TUI hold no pydantic
+objects. Their constraints are written as annotations (`hours: PositiveHours`, `Gt(0)`: see
+`cockpit.plan.values`) that `cockpit.plan.schema` hands to pydantic when it validates a file,
+naming the file, the table, the item id and the key of every problem; `cockpit.plan.load` reads
+the file.
 
 Building a table directly (`StopRule(id=..., kind="below", ...)`, as tests do) converts enum
 texts and runs the checks across fields (`__post_init__`), but not the per-field constraints
-and conversions: those are pydantic's, in `cockpit.campaign_schema`."""
+and conversions: those are pydantic's, in `cockpit.plan.schema`."""
 
 from __future__ import annotations
 
@@ -22,45 +21,35 @@ from decimal import Decimal
 from enum import Enum
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
-from cockpit import catalog
+from annotated_types import Ge, Gt, Le, MinLen
 
-if TYPE_CHECKING:
-    # For readers and type checkers only: at run time cockpit.campaign_schema adds these names,
-    # each with its constraint, to this module's namespace (CONSTRAINED_TYPES) before validating.
-    from pydantic import Field
-
-    Money = Decimal  # dollars with whole cents, from "47.14", 47.14 or 110
-    PositiveHours = float  # > 0, ≤ MAX_HOURS, finite
-    Identifier = str  # ID_PATTERN: a letter or digit, then up to 63 letters, digits, . _ -
-    DeliverableId = str  # DELIVERABLE_ID_PATTERN: such names joined by /, e.g. "ctrl-r1/predictions"
-    LotStart = datetime | None  # a TOML date-time with a zone
-    SchemaVersion = int  # SCHEMA
-
-CAMPAIGN_FILE = "campaign.toml"
-SCHEMA = 1
-CENT = Decimal("0.01")
-MONEY_DIGITS = 12  # whole-dollar digits at most: a lot price of a trillion USD is a typo
-MAX_HOURS = 24 * 3660.0  # ten years: longer than any lot; keeps date arithmetic finite
-MAX_STEPS = 10**12  # more optimizer steps than any training run takes; keeps rates and ETAs finite
-MAX_GPU_INDEX = 63  # a box holds at most 64 GPUs
-
-# Ids become folder and file names (runs/<run id>/metrics.jsonl): one pattern keeps each id a plain
-# name — no separator, no `..`, no control character — so no path derived from an id leaves the
-# campaign folder. A deliverable id may join a few such names with `/` ("ctrl-r1/predictions").
-ID_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
-ID_PATTERN = rf"^{ID_NAME}$"
-DELIVERABLE_ID_PATTERN = rf"^{ID_NAME}(?:/{ID_NAME}){{0,3}}$"
-ID_RULE = "a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
-_ID = re.compile(ID_PATTERN)
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """A value as an error message quotes it: never the whole of a 10 MB string."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
-
+from cockpit.common.layout import CHECKPOINTS_DIR, METRICS_FILE, RUNS_DIR
+from cockpit.plan import catalog
+from cockpit.plan.values import (  # noqa: F401  the limits and patterns are read from here too
+    CAMPAIGN_FILE,
+    SCHEMA,
+    CENT,
+    MONEY_DIGITS,
+    MAX_HOURS,
+    MAX_STEPS,
+    MAX_GPU_INDEX,
+    ID_NAME,
+    ID_PATTERN,
+    DELIVERABLE_ID_PATTERN,
+    ID_RULE,
+    _ID,
+    _shown,
+    Money,
+    PositiveHours,
+    Identifier,
+    DeliverableId,
+    LotStart,
+    SchemaVersion,
+    Finite,
+    Pattern,
+)
 
 # ---------------------------------------------------------------- paths derived from ids
 
@@ -97,7 +86,7 @@ def run_path(directory: str | Path, run_id: str, *names: str) -> Path:
             f"{_shown(run_id)} is not a run id: write {ID_RULE} (the pattern {ID_PATTERN}), e.g. \"ctrl-r1\"; "
             "a path derived from it could leave the campaign folder"
         )
-    return campaign_path(directory, "runs", run_id, *names)
+    return campaign_path(directory, RUNS_DIR, run_id, *names)
 
 
 # ---------------------------------------------------------------- errors
@@ -193,9 +182,9 @@ class Closing:
 
     __pydantic_config__ = _STRICT_KEYS
 
-    metric: Annotated[str, Field(min_length=1)]
+    metric: Annotated[str, MinLen(1)]
     direction: Direction
-    threshold: Annotated[float, Field(allow_inf_nan=False)]
+    threshold: Annotated[float, Finite]
 
     def __post_init__(self) -> None:
         _as_enums(self, direction=Direction)
@@ -208,9 +197,9 @@ class Lot:
     __pydantic_config__ = _STRICT_KEYS
 
     order_ref: str | None = None
-    gpu_model: Annotated[str, Field(min_length=1)]
-    gpus: Annotated[int | None, Field(ge=1, le=64)] = None
-    days: Annotated[int, Field(gt=0, le=3660)]
+    gpu_model: Annotated[str, MinLen(1)]
+    gpus: Annotated[int | None, Ge(1), Le(64)] = None
+    days: Annotated[int, Gt(0), Le(3660)]
     price_usd: Money | None = None
     start: LotStart = None
 
@@ -248,7 +237,7 @@ class CalendarSettings:
 
     __pydantic_config__ = _STRICT_KEYS
 
-    retrieval_hours: Annotated[float, Field(ge=0, le=MAX_HOURS, allow_inf_nan=False)] = 0.0
+    retrieval_hours: Annotated[float, Ge(0), Le(MAX_HOURS), Finite] = 0.0
     warn_before_end_hours: list[PositiveHours] = field(default_factory=_default_warnings)
 
 
@@ -262,7 +251,7 @@ class Task:
     kind: TaskKind
     tier: Tier = Tier.indispensable
     hours: PositiveHours
-    gpus: list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]] | None = None
+    gpus: list[Annotated[int, Ge(0), Le(MAX_GPU_INDEX)]] | None = None
     after: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -299,9 +288,9 @@ class Run:
     role: Role
     tier: Tier = Tier.indispensable
     hours: PositiveHours
-    gpus: Annotated[list[Annotated[int, Field(ge=0, le=MAX_GPU_INDEX)]], Field(min_length=1)] = field(default_factory=_first_gpu)
+    gpus: Annotated[list[Annotated[int, Ge(0), Le(MAX_GPU_INDEX)]], MinLen(1)] = field(default_factory=_first_gpu)
     after: list[str] = field(default_factory=list)
-    total_steps: Annotated[int | None, Field(gt=0, le=MAX_STEPS)] = None
+    total_steps: Annotated[int | None, Gt(0), Le(MAX_STEPS)] = None
     metrics: str | None = None
     checkpoints: str | None = None
 
@@ -318,10 +307,10 @@ class Run:
 
     def metrics_path(self, directory: Path) -> Path:
         """`metrics` as written (it may point elsewhere on purpose), else runs/<id>/metrics.jsonl."""
-        return directory / self.metrics if self.metrics else run_path(directory, self.id, "metrics.jsonl")
+        return directory / self.metrics if self.metrics else run_path(directory, self.id, METRICS_FILE)
 
     def checkpoints_path(self, directory: Path) -> Path:
-        return directory / self.checkpoints if self.checkpoints else run_path(directory, self.id, "checkpoints")
+        return directory / self.checkpoints if self.checkpoints else run_path(directory, self.id, CHECKPOINTS_DIR)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -362,11 +351,11 @@ class StopRule:
     kind: RuleKind
     action: Action = Action.alert
     runs: list[str] | None = None
-    metric: Annotated[str | None, Field(min_length=1)] = None
-    threshold: Annotated[float | None, Field(allow_inf_nan=False)] = None
-    after_step: Annotated[int | None, Field(ge=0, le=MAX_STEPS)] = None
-    within_hours: Annotated[float | None, Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)] = None
-    minutes: Annotated[float | None, Field(gt=0, le=MAX_HOURS * 60, allow_inf_nan=False)] = None
+    metric: Annotated[str | None, MinLen(1)] = None
+    threshold: Annotated[float | None, Finite] = None
+    after_step: Annotated[int | None, Ge(0), Le(MAX_STEPS)] = None
+    within_hours: Annotated[float | None, Gt(0), Le(MAX_HOURS), Finite] = None
+    minutes: Annotated[float | None, Gt(0), Le(MAX_HOURS * 60), Finite] = None
 
     def __post_init__(self) -> None:
         _as_enums(self, kind=RuleKind, action=Action)
@@ -397,7 +386,7 @@ class Deliverable:
     id: DeliverableId
     run: str | None = None
     kind: DeliverableKind
-    path: Annotated[str, Field(min_length=1)]
+    path: Annotated[str, MinLen(1)]
     expect_ids: str | None = None
     reload: str | None = None
 
@@ -411,7 +400,7 @@ class Expense:
 
     __pydantic_config__ = _STRICT_KEYS
 
-    label: Annotated[str, Field(min_length=1)]
+    label: Annotated[str, MinLen(1)]
     usd: Money
 
 
@@ -441,7 +430,7 @@ class CampaignModel:
     id: Identifier
     question: str | None = None
     corpus: str | None = None
-    corpus_sha256: Annotated[str | None, Field(pattern=r"^[0-9a-fA-F]{64}$")] = None
+    corpus_sha256: Annotated[str | None, Pattern(r"^[0-9a-fA-F]{64}$")] = None
     closing: Closing | None = None
     lot: Lot
     calendar: CalendarSettings = field(default_factory=CalendarSettings)
@@ -534,50 +523,3 @@ def _file_order(model: CampaignModel, text: str) -> list[Task | Run]:
     ordered.extend(tasks)
     ordered.extend(runs)
     return ordered
-
-
-# ---------------------------------------------------------------- loading
-
-
-def read_campaign_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE, *, cache: bool = False) -> Campaign:
-    """Parse and validate campaign TOML text; raise CampaignError naming every problem.
-
-    With `cache`, a text this code has already validated for `directory` is taken from
-    `.cockpit/` (no pydantic, no TOML parsing), and a newly validated one is kept there."""
-    if cache:
-        from cockpit import campaign_cache
-
-        found = campaign_cache.lookup(directory, text)
-        if found is not None:
-            model, warnings = found
-            return Campaign(model=model, directory=directory, text=text, warnings=warnings)
-    from cockpit.campaign_schema import validate_text
-
-    campaign = validate_text(text, directory, file_label)
-    if cache:
-        campaign_cache.keep(campaign)
-    return campaign
-
-
-def load_campaign(directory: str | Path, *, cache: bool = False) -> Campaign:
-    """Load `DIR/campaign.toml` (or a path to the file itself); `cache` as for read_campaign_text."""
-    path = Path(directory)
-    if path.is_file() or path.suffix == ".toml":
-        directory, file = path.parent, path
-    else:
-        directory, file = path, path / CAMPAIGN_FILE
-    label = str(file)
-    if not directory.exists():
-        raise CampaignError([Finding(str(directory), "", "no such folder; give the folder that holds campaign.toml")])
-    if not file.is_file():
-        raise CampaignError([Finding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (see README: file formats) or give the folder that holds it")])
-    try:
-        data = file.read_bytes()
-    except OSError as error:
-        raise CampaignError([Finding(label, "", f"cannot be read: {error.strerror}")]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise CampaignError([Finding(label, "", "is not UTF-8 text; save it as UTF-8", line)]) from None
-    return read_campaign_text(text, directory.resolve(), label, cache=cache)

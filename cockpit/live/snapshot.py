@@ -8,7 +8,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
-from cockpit.runlog import iso
+from cockpit.common.times import iso
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from cockpit.campaign import Campaign
 from cockpit.errors import Finding, UsageError
-from cockpit.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, Transaction, ensure_started, start_in
+from cockpit.plan.campaign import Campaign
+from cockpit.record.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, Transaction
+from cockpit.record.start import ensure_started, start_in
 
 PILOT_DECISIONS = ("continue", "drop-optional", "revise")
 VOIDABLE_NAMES = {"stop": "a stop", "pilot_decision": "a pilot decision", "accepted": "an acceptance", "note": "a note"}

@@ -1,36 +1,26 @@
-"""Validating a campaign file: TOML text → the typed campaign of `cockpit.campaign`, or a
+"""Validating a campaign file: TOML text → the typed campaign of `cockpit.plan.campaign`, or a
 CampaignError whose every finding names the file, the table, the item id, the key and the line.
 
 This is the only module that imports pydantic. The campaign's dataclasses write their
-constraints as annotations (`hours: PositiveHours`, `Field(gt=0)`) whose names
-`cockpit.campaign` does not define at run time; this module adds them to its namespace
-(`CONSTRAINED_TYPES`) before pydantic reads the annotations. So a command that finds its
-campaign already validated (`cockpit.campaign_cache`) never pays for pydantic.
+constraints as annotations (`hours: PositiveHours`, `Gt(0)`, see `cockpit.plan.values`) that
+are complete at run time; pydantic reads them here, at each load.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import pydantic
 
-from cockpit import campaign as campaign_module
-from cockpit import catalog
-from cockpit.campaign import (
+from cockpit.plan import catalog
+from cockpit.plan.campaign import (
     CAMPAIGN_FILE,
-    CENT,
-    DELIVERABLE_ID_PATTERN,
     ID_PATTERN,
     ID_RULE,
-    MAX_HOURS,
-    MONEY_DIGITS,
     SCHEMA,
     Campaign,
     CampaignError,
@@ -39,73 +29,6 @@ from cockpit.campaign import (
     Role,
     _shown,
 )
-
-# ---------------------------------------------------------------- value types
-
-
-def _money(value: Any) -> Decimal:
-    """Dollars with cents: "47.14", 47.14 or 110 → Decimal("47.14"); never a binary float inside."""
-    if isinstance(value, bool):
-        raise ValueError(f"must be an amount in USD such as \"47.14\" (got {value!r})")
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"must be a finite amount in USD (got {value!r})")
-        value = repr(value)  # the shortest text that reads back as this float: 47.14 → "47.14"
-    if isinstance(value, (int, str)):
-        try:
-            amount = Decimal(str(value).strip())
-        except InvalidOperation:
-            raise ValueError(f"must be an amount in USD such as \"47.14\" (got {_shown(value)})") from None
-    elif isinstance(value, Decimal):
-        amount = value
-    else:
-        raise ValueError(f"must be an amount in USD such as \"47.14\" (got {_shown(value)})")
-    if not amount.is_finite():
-        raise ValueError(f"must be a finite amount in USD (got {_shown(value)})")
-    if amount.adjusted() >= MONEY_DIGITS:
-        raise ValueError(f"is not a plausible amount in USD (got {_shown(value)}); write the price with cents, e.g. \"47.14\"")
-    if amount < 0:
-        raise ValueError(f"must not be negative (got {value!r})")
-    if amount != amount.quantize(CENT):
-        raise ValueError(f"must be whole cents, at most two decimals (got {value!r})")
-    return amount.quantize(CENT)
-
-
-def _lot_start(value: Any) -> Any:
-    if isinstance(value, datetime) and value.tzinfo is None:
-        raise ValueError(
-            f"needs a time zone (got {value.isoformat()}); write it in UTC with a Z, "
-            f"e.g. {value.isoformat()}Z"
-        )
-    if isinstance(value, datetime) and not 1971 <= value.year <= 9000:
-        raise ValueError(f"is not a plausible lot start (got {value.isoformat()}); write it like 2026-11-30T08:00:00Z")
-    if not isinstance(value, (datetime, type(None))):
-        raise ValueError(
-            f"must be a TOML date-time with a zone, e.g. 2026-11-30T08:00:00Z (got {value!r})"
-        )
-    return value
-
-
-def _known_schema(value: int) -> int:
-    if value != SCHEMA:
-        raise ValueError(f"this cockpit reads schema {SCHEMA} (got {value}); write schema = 1")
-    return value
-
-
-# The constrained types the campaign's annotations name (see cockpit.campaign's TYPE_CHECKING
-# block). They join cockpit.campaign's namespace here, when validation is first needed, so that
-# pydantic resolves those annotations as it resolves any module-level name.
-CONSTRAINED_TYPES: dict[str, Any] = {
-    "Field": pydantic.Field,
-    "Money": Annotated[Decimal, pydantic.BeforeValidator(_money)],
-    "PositiveHours": Annotated[float, pydantic.Field(gt=0, le=MAX_HOURS, allow_inf_nan=False)],
-    "Identifier": Annotated[str, pydantic.Field(pattern=ID_PATTERN)],
-    "DeliverableId": Annotated[str, pydantic.Field(pattern=DELIVERABLE_ID_PATTERN)],
-    "LotStart": Annotated[datetime | None, pydantic.BeforeValidator(_lot_start)],
-    "SchemaVersion": Annotated[int, pydantic.AfterValidator(_known_schema)],
-}
-for _name, _type in CONSTRAINED_TYPES.items():
-    setattr(campaign_module, _name, _type)
 
 
 @cache

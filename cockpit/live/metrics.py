@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from cockpit.runlog import STATE_DIR
+from cockpit.common.layout import DIR_MODE, FILE_MODE, METRICS_STATE_FILE, STATE_DIR
 
 MAX_LINE_BYTES = 1 << 20  # a metrics line longer than this is skipped and counted, never held
 CHUNK_BYTES = 1 << 22  # read 4 MiB at a time: few system calls, bounded memory
@@ -46,10 +46,10 @@ TS_MAX = 4102444800.0  # 2100-01-01T00:00:00Z
 SECONDS_MAX = 7 * 86400.0  # a save or a reload that takes more than a week is no measurement
 BYTES_MAX = 1 << 50  # 1 PiB: no checkpoint is larger
 BAD_FIELDS_KEPT = 20
-STATE_FILE = "metrics-state.json"  # in the campaign's .cockpit/ folder
+STATE_FILE = METRICS_STATE_FILE  # in the campaign's .cockpit/ folder
 STATE_VERSION = 1
-STATE_FILE_MODE = 0o640
-STATE_DIR_MODE = 0o750
+STATE_FILE_MODE = FILE_MODE
+STATE_DIR_MODE = DIR_MODE
 
 _INF = math.inf
 # Text a writer may use for a non-finite value (compared lower-case).

@@ -16,10 +16,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from cockpit.runlog import iso, utc_now
+from cockpit.common.times import iso, utc_now
 
 if TYPE_CHECKING:
-    from cockpit.gpu import GpuSample
+    from cockpit.live.gpu import GpuSample
 
 RUN_ID_VARIABLE = "COCKPIT_RUN_ID"
 
@@ -231,7 +231,7 @@ class HostProcesses:
     def identity(self) -> dict[str, str | None]:
         """This cockpit's host name and pid namespace: where the pids it looks up mean something."""
         if self._identity is None:
-            from cockpit.reporter import process_identity  # stdlib only: the reporter's own
+            from cockpit.feed.reporter import process_identity  # stdlib only: the reporter's own
 
             self._identity = process_identity()
         return self._identity

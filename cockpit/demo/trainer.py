@@ -4,13 +4,13 @@ process, and the two helpers (`prepare_demo`, `launch_runs`) that set the demo c
 Softmax regression on a generated three-class corpus, in plain Python (no numpy, no torch), with
 Adam, a step learning-rate schedule, a seeded RNG (input dropout) and a data position. It reports
 through `RunReporter`, evaluates macro-F1 on a held-out set, saves complete checkpoints (model,
-optimizer, step, scheduler, RNG, data position; the npz layout that cockpit/resume.py documents
+optimizer, step, scheduler, RNG, data position; the npz layout that cockpit/resume/verify.py documents
 as the "Demo checkpoint format", written without numpy) and verifies its own resume: a fresh process
 reloads the first checkpoint and trains K steps, and the run reports `resume_verified` only when
 those steps match its own, bit for bit.
 
-    python -m cockpit.demo_trainer --campaign DIR --run ctrl-r1 --step-seconds 0.5
-    python -m cockpit.demo_trainer --verify-resume DIR/runs/ctrl-r1/checkpoints/step-50.npz --steps 5
+    python -m cockpit.demo.trainer --campaign DIR --run ctrl-r1 --step-seconds 0.5
+    python -m cockpit.demo.trainer --verify-resume DIR/runs/ctrl-r1/checkpoints/step-50.npz --steps 5
 
 Logits are kept to the float16 range, as under mixed-precision autocast on a GPU: past ±65504
 they overflow to infinity and the loss becomes NaN. That is how a too-high learning rate usually
@@ -42,7 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from cockpit.reporter import RUN_ID_ENV, RunReporter
+from cockpit.feed.reporter import RUN_ID_ENV, RunReporter
 
 CLASSES = ("negative", "neutral", "positive")
 VOCABULARY = 24
@@ -201,7 +201,7 @@ class State:
         }
 
     def arrays(self) -> dict[str, tuple[str, Any]]:
-        """The checkpoint's members in the demo format of cockpit/resume.py: name → (dtype, value)."""
+        """The checkpoint's members in the demo format of cockpit/resume/verify.py: name → (dtype, value)."""
         members: dict[str, tuple[str, Any]] = {}
         for name in ("weights", "bias"):
             members[f"model/{name}"] = ("<f4", self.model[name])
@@ -475,7 +475,7 @@ class ResumeCheck:
 
     @classmethod
     def spawn(cls, checkpoint: Path, steps: int) -> "ResumeCheck":
-        command = [sys.executable, "-m", "cockpit.demo_trainer", "--verify-resume", str(checkpoint), "--steps", str(steps)]
+        command = [sys.executable, "-m", "cockpit.demo.trainer", "--verify-resume", str(checkpoint), "--steps", str(steps)]
         spawned_at = time.time()
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    stdin=subprocess.DEVNULL, env=_child_env(), text=True)
@@ -518,7 +518,7 @@ def _child_env() -> dict[str, str]:
     An installed cockpit is found anyway; a source checkout is put on PYTHONPATH (never a
     site-packages folder, which would then shadow the standard library)."""
     env = dict(os.environ)
-    package_root = str(Path(__file__).resolve().parent.parent)
+    package_root = str(Path(__file__).resolve().parents[2])  # the folder that holds cockpit/
     installed = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
     if package_root not in installed:
         env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
@@ -561,7 +561,7 @@ def train(
     settings = settings or Settings()
     state = State.fresh(settings, lr, lr_step_size, lr_gamma)
     trainer = Trainer(state)
-    from cockpit.campaign import campaign_path, run_path
+    from cockpit.plan.campaign import campaign_path, run_path
 
     checkpoints_dir = checkpoints_dir or run_path(campaign_dir, run_id, "checkpoints")
     predictions_path = predictions_path or campaign_path(campaign_dir, "out", run_id, "predictions.jsonl")
@@ -632,7 +632,7 @@ def _write_predictions(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def template_files() -> dict[str, bytes]:
     """The demo campaign's files as shipped in the wheel (relative path → content)."""
-    root = resources.files("cockpit").joinpath("demo")
+    root = resources.files("cockpit").joinpath("demo", "template")
     files: dict[str, bytes] = {}
 
     def walk(node, prefix: str) -> None:
@@ -699,9 +699,10 @@ def demo_run_arguments(campaign_dir: str | os.PathLike[str]) -> dict[str, list[s
 def launch_runs(campaign_dir: str | os.PathLike[str], python: str | None = None) -> list[subprocess.Popen]:
     """Start every run of the demo campaign as a background process of its own session.
 
-    Each one runs `python -m cockpit.demo_trainer --campaign DIR --run ID ARGS` in the campaign
+    Each one runs `python -m cockpit.demo.trainer --campaign DIR --run ID ARGS` in the campaign
     folder with COCKPIT_RUN_ID set, its stdout and stderr in runs/<id>/stdout.log."""
-    from cockpit.campaign import load_campaign, run_path
+    from cockpit.plan.campaign import run_path
+    from cockpit.plan.load import load_campaign
 
     directory = Path(campaign_dir).resolve()
     arguments = demo_run_arguments(directory)
@@ -715,7 +716,7 @@ def launch_runs(campaign_dir: str | os.PathLike[str], python: str | None = None)
         run_dir = run_path(directory, run_id)
         run_dir.mkdir(parents=True, exist_ok=True)
         env = {**_child_env(), RUN_ID_ENV: run_id, "PYTHONUNBUFFERED": "1"}
-        command = [python or sys.executable, "-m", "cockpit.demo_trainer", "--campaign", str(directory), "--run", run_id, *args]
+        command = [python or sys.executable, "-m", "cockpit.demo.trainer", "--campaign", str(directory), "--run", run_id, *args]
         with open(run_dir / "stdout.log", "ab") as log:
             processes.append(subprocess.Popen(
                 command, cwd=directory, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -746,7 +747,7 @@ def stop_runs(processes: list[subprocess.Popen], timeout: float = 10.0) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m cockpit.demo_trainer",
+        prog="python -m cockpit.demo.trainer",
         description="The cockpit demo's toy trainer: softmax regression with Adam on a generated corpus.",
     )
     parser.add_argument("--campaign", type=Path, metavar="DIR", help="the campaign folder (holds campaign.toml)")
@@ -804,7 +805,8 @@ def _verify_main(checkpoint: Path, steps: int) -> int:
 
 
 def _train_main(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from cockpit.campaign import CampaignError, load_campaign  # only the run side needs pydantic
+    from cockpit.plan.campaign import CampaignError  # only the run side needs pydantic
+    from cockpit.plan.load import load_campaign
 
     try:
         campaign = load_campaign(args.campaign)

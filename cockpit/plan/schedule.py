@@ -436,7 +436,7 @@ def plan_report(campaign: Any, extra_hours: float = 0.0, offers: Sequence[Any] |
     `offers` defaults to the catalogue's lots for the campaign's GPU model.
     """
     if offers is None:
-        from cockpit import catalog
+        from cockpit.plan import catalog
 
         offers = catalog.offers(campaign.lot.gpu_model)
     lot = campaign.lot

@@ -19,29 +19,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from cockpit.calendar import schedule
-from cockpit.campaign import Campaign, CampaignError, read_campaign_text
-from cockpit.clock import ItemProgress, lot_clock, projected
-from cockpit.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
-from cockpit.metrics import MetricsStream, RunTrack, last_metrics, load_state, save_state, seconds_to_datetime, state_file
-from cockpit.procs import HostProcesses
-from cockpit.rules import RuleEvaluator, RuleState, Trigger
-from cockpit.runlog import (
-    STATE_DIR,
-    RecordedState,
-    RunLog,
-    RunLogError,
-    alert_key,
-    ensure_started,
-    frozen_plan_text,
-    iso,
-    parse_ts,
-    plan_drift,
-    start_in,
-    state_dir,
-    utc_now,
+from cockpit.common.layout import RUNS_DIR, STATE_DIR, state_dir
+from cockpit.common.times import iso, parse_ts, utc_now
+from cockpit.live.clock import ItemProgress, lot_clock, projected
+from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
+from cockpit.live.host import HostProcesses
+from cockpit.live.metrics import (
+    MetricsStream,
+    RunTrack,
+    last_metrics,
+    load_state,
+    save_state,
+    seconds_to_datetime,
+    state_file,
 )
-from cockpit.snapshot import (
+from cockpit.live.rules import RuleEvaluator, RuleState, Trigger
+from cockpit.live.snapshot import (
     AlertView,
     ClockView,
     GpuProcessView,
@@ -52,6 +45,11 @@ from cockpit.snapshot import (
     RunView,
     Snapshot,
 )
+from cockpit.plan.campaign import Campaign, CampaignError
+from cockpit.plan.load import read_campaign_text
+from cockpit.plan.schedule import schedule
+from cockpit.record.runlog import RecordedState, RunLog, RunLogError, alert_key
+from cockpit.record.start import ensure_started, frozen_plan_text, plan_drift, start_in
 
 HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
 SAVE_EVERY_SECONDS = 15.0  # reading positions are saved this often (and at close), not every tick
@@ -171,7 +169,7 @@ class Engine:
         if text is None or text == self.campaign.text:
             return self.campaign
         try:
-            return read_campaign_text(text, self.directory, ".cockpit/plan.toml", cache=True)
+            return read_campaign_text(text, self.directory, ".cockpit/plan.toml")
         except CampaignError:
             self.notices.append(".cockpit/plan.toml (the frozen plan) no longer reads; the clock uses campaign.toml")
             return self.campaign
@@ -472,7 +470,7 @@ class Engine:
         """A recorded pilot decision answers `pilot-due`: its open alert is acknowledged for it."""
         if recorded.pilot_decision is None or not any(a.event.get("rule") == PILOT_DUE for a in recorded.active_alerts):
             return recorded
-        from cockpit import decisions  # rare: once per decision
+        from cockpit.record import decisions  # rare: once per decision
 
         for record in [a for a in recorded.active_alerts if a.event.get("rule") == PILOT_DUE]:
             try:
@@ -488,7 +486,7 @@ class Engine:
         if self._undeclared_at is not None and moment - self._undeclared_at < UNDECLARED_SCAN_SECONDS:
             return self._undeclared
         self._undeclared_at = moment
-        folder = self.directory / "runs"
+        folder = self.directory / RUNS_DIR
         declared = {item.id for item in self.campaign.items}
         used = set()
         for run in self.campaign.runs:
@@ -548,7 +546,7 @@ class Engine:
         self._follow_log()
 
     def _auto_stop(self, trigger: Trigger) -> None:
-        from cockpit import decisions  # only when a rule stops a run: most ticks never need it
+        from cockpit.record import decisions  # only when a rule stops a run: most ticks never need it
 
         track = self.streams[trigger.run_id].track
         signal = (lambda: self._terminate(trigger.run_id)) if self.signal_runs else None
@@ -650,7 +648,7 @@ class Engine:
             advice = None
             save_seconds = (track.checkpoint or {}).get("seconds")
             if state == "running" and isinstance(save_seconds, (int, float)) and save_seconds > 0:
-                from cockpit.resume import save_advice  # a large module, needed only once runs save
+                from cockpit.live.cadence import save_advice  # a large module, needed only once runs save
 
                 try:
                     advice = save_advice(

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from cockpit.calendar import Schedule, schedule
+from cockpit.plan.schedule import Schedule, schedule
 
 RULE = "lot-window"
 RUNNING = "running"

@@ -10,43 +10,20 @@ from __future__ import annotations
 import errno
 import fcntl
 import getpass
-import hashlib
 import json
 import math
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-RUNLOG_FILE = "runlog.jsonl"
-STATE_DIR = ".cockpit"
-FROZEN_PLAN = "plan.toml"
-FILE_MODE = 0o640  # readable by the owner's group at most
-DIR_MODE = 0o750
-
-Clock = Callable[[], datetime]
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def iso(moment: datetime) -> str:
-    """ISO-8601 in UTC with a Z, to the millisecond."""
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def parse_ts(text: str) -> datetime | None:
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (TypeError, ValueError, AttributeError):
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+from cockpit.common.layout import FILE_MODE, RUNLOG_FILE
+from cockpit.common.times import Clock, iso, utc_now
 
 
 def who() -> str:
@@ -382,111 +359,3 @@ class RecordedState:
         return self.decisions[-1] if self.decisions else None
 
 
-# ---------------------------------------------------------------- the frozen plan
-
-
-def state_dir(directory: str | Path) -> Path:
-    """`.cockpit/` in the campaign folder, created owner-and-group only."""
-    path = Path(directory) / STATE_DIR
-    path.mkdir(mode=DIR_MODE, exist_ok=True)
-    return path
-
-
-def frozen_plan_path(directory: str | Path) -> Path:
-    return Path(directory) / STATE_DIR / FROZEN_PLAN
-
-
-def frozen_plan_text(directory: str | Path) -> str | None:
-    try:
-        return frozen_plan_path(directory).read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
-def _freeze(campaign: Any) -> str:
-    """Write campaign.toml's text to .cockpit/plan.toml (atomically) unless a plan is frozen already;
-    return the frozen text."""
-    frozen = frozen_plan_text(campaign.directory)
-    if frozen is not None:
-        return frozen
-    try:
-        folder = state_dir(campaign.directory)
-        temporary = folder / (FROZEN_PLAN + ".tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                handle.write(campaign.text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, folder / FROZEN_PLAN)
-        finally:
-            if temporary.exists():
-                temporary.unlink()
-    except OSError as error:
-        reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-        raise RunLogError(
-            f"cannot freeze the plan into {STATE_DIR}/{FROZEN_PLAN}: {reason}; the campaign is not started and nothing was recorded"
-        ) from None
-    return campaign.text
-
-
-def ensure_started(campaign: Any, log: RunLog) -> dict[str, Any] | None:
-    """Freeze the plan and log `campaign_started` the first time the campaign is used live.
-
-    Returns the new event, or None when the run log already holds one. Decided from the run log
-    itself, under its lock: two cockpits starting at once log it once, and a start whose event
-    could not be written (a full disk) is logged by the next one — with the plan frozen first.
-    """
-    if is_started(log):
-        return None  # the common case, without taking the lock
-    with log.transaction() as tx:
-        return start_in(tx, campaign)
-
-
-def start_in(tx: Transaction, campaign: Any, events: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    """`ensure_started` inside a lock already held: a recording calls it just before its own event,
-    so `campaign_started` is the run log's first event. `events` are the run log's, read under that
-    lock; the new event joins them, so a second call in the same lock writes nothing. A campaign
-    closed before it ever started is not started after its close (a start logged after `closed`
-    would tell a false story); None then, as when it has started already."""
-    if events is None:
-        events = tx.read().events
-    if any(e["type"] in ("campaign_started", "closed") for e in events):
-        return None
-    plan = _freeze(campaign)
-    event = tx.append(
-        "campaign_started",
-        campaign=campaign.id,
-        plan_sha256=hashlib.sha256(plan.encode("utf-8")).hexdigest(),
-        plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
-        plan=plan,
-    )
-    tx._log.start_written = event
-    events.append(event)
-    return event
-
-
-def is_started(log: RunLog) -> bool:
-    """Whether the campaign has started: the log's first well-formed event is `campaign_started`
-    (seq 1 whenever it exists), read without the lock."""
-    try:
-        with open(log.path, "rb") as handle:
-            for line in handle:
-                event = _decode(line) if line.strip() else None
-                if event is not None:
-                    return event["type"] == "campaign_started"
-    except OSError:
-        return False
-    return False
-
-
-def plan_drift(campaign: Any) -> str | None:
-    """A sentence when campaign.toml no longer matches the plan frozen at the start, else None."""
-    frozen = frozen_plan_text(campaign.directory)
-    if frozen is None or frozen == campaign.text:
-        return None
-    return (
-        "campaign.toml has changed since the campaign started; the frozen plan in "
-        f"{STATE_DIR}/{FROZEN_PLAN} stays the reference for planned vs actual. "
-        "A run whose configuration changed after a stop needs a new run id (§4)."
-    )

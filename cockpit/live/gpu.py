@@ -19,7 +19,7 @@ from datetime import datetime
 from types import ModuleType
 from typing import Any, Protocol
 
-from cockpit.runlog import iso, utc_now
+from cockpit.common.times import iso, utc_now
 
 
 
@@ -28,7 +28,7 @@ def _logger():
     faster without the logging package."""
     import logging
 
-    return logging.getLogger("cockpit.gpu")
+    return logging.getLogger("cockpit.live.gpu")
 
 Clock = Callable[[], datetime]
 Monotonic = Callable[[], float]

@@ -32,27 +32,25 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from cockpit.calendar import schedule
+from cockpit.common.layout import CLOSING_DIR, DIR_MODE, FILE_MODE, FROZEN_PLAN, RUNLOG_FILE, STATE_DIR
+from cockpit.common.subprocesses import run_bounded
+from cockpit.common.text import escape_control, json_safe
+from cockpit.common.times import iso, parse_ts, utc_now
 from cockpit.errors import Finding
-from cockpit.campaign import Campaign, CampaignError, Deliverable, load_campaign, read_campaign_text
-from cockpit.metrics import MetricsStream, SavedState, format_value, load_state, seconds_to_datetime, state_file
-from cockpit.text import escape_control, json_safe
-from cockpit.runlog import (
-    FILE_MODE,
-    AlertRecord,
-    FROZEN_PLAN,
-    RUNLOG_FILE,
-    STATE_DIR,
-    RecordedState,
-    RunLog,
-    frozen_plan_text,
-    iso,
-    parse_ts,
-    utc_now,
+from cockpit.live.metrics import (
+    MetricsStream,
+    SavedState,
+    format_value,
+    load_state,
+    seconds_to_datetime,
+    state_file,
 )
-from cockpit.subprocesses import run_bounded
+from cockpit.plan.campaign import Campaign, CampaignError, Deliverable
+from cockpit.plan.load import load_campaign, read_campaign_text
+from cockpit.plan.schedule import schedule
+from cockpit.record.runlog import AlertRecord, RecordedState, RunLog
+from cockpit.record.start import frozen_plan_text
 
-CLOSING_DIR = "closing"
 CLOSE_SOURCE = "close"  # the source of the `rejected` events a closing records
 SUMMARY_SCHEMA = 1
 CENT = Decimal("0.01")
@@ -864,7 +862,7 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
 
 
 def _torch_refusal(path: Path) -> str | None:
-    from cockpit.resume import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
+    from cockpit.resume.scan import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
 
     return torch_file_refusal(path)
 
@@ -1744,7 +1742,7 @@ def close_campaign(
 def _check_writable(folder: Path) -> None:
     probe = folder / ".write-test"
     try:
-        folder.mkdir(mode=0o750, exist_ok=True)
+        folder.mkdir(mode=DIR_MODE, exist_ok=True)
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
@@ -2066,7 +2064,7 @@ def stop_cause(stop: Mapping[str, Any], *, label_reason: bool = False) -> str:
 
 
 def _write_folder(folder: Path, closing: Closing, runlog_bytes: bytes) -> None:
-    folder.mkdir(mode=0o750, exist_ok=True)
+    folder.mkdir(mode=DIR_MODE, exist_ok=True)
     _write_atomic(folder / "summary.json", summary_json(closing.summary).encode("utf-8"))
     _write_atomic(folder / "report.md", closing.report_markdown.encode("utf-8"))
     _write_atomic(folder / "RELOAD.md", closing.reload_markdown.encode("utf-8"))

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from cockpit.campaign import Action, RuleKind, StopRule
-from cockpit.metrics import RunTrack, as_step, format_value, seconds_to_datetime, ts_seconds
+from cockpit.live.metrics import RunTrack, as_step, format_value, seconds_to_datetime, ts_seconds
+from cockpit.plan.campaign import Action, RuleKind, StopRule
 
 CONFIG_CHANGED = "config-changed"  # the rule id of "a new configuration under an old run id"
 

@@ -1,0 +1,1 @@
+"""Closing a campaign: deliverables verified, the closing report and its manifest."""

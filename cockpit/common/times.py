@@ -1,0 +1,25 @@
+"""Times: tz-aware UTC inside, ISO-8601 with a Z outside."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(moment: datetime) -> str:
+    """ISO-8601 in UTC with a Z, to the millisecond."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def parse_ts(text: str) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)

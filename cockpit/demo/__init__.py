@@ -1,0 +1,1 @@
+"""The demo campaign: toy training runs on the CPU and the files that set them up."""
