@@ -189,7 +189,7 @@ def _as_enums(item: Any, **kinds: type[Enum]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Closing:
-    """[closing]: the metric, direction and threshold that let the campaign close (§1)."""
+    """[closing]: the metric, direction and threshold that let the campaign close."""
 
     __pydantic_config__ = _STRICT_KEYS
 

@@ -370,7 +370,7 @@ def _cross_checks(model: CampaignModel, add) -> None:
 def _warnings(model: CampaignModel) -> list[str]:
     notes = []
     if model.closing is None:
-        notes.append("no [closing] table: nothing says what lets the campaign close (§1); add metric, direction and threshold")
+        notes.append("no [closing] table: nothing says what lets the campaign close, so no result can be called a decision; add metric, direction and threshold")
     if not model.runs:
         notes.append("no [[run]]: nothing will be monitored")
     if not any(r.role is Role.control for r in model.runs) and model.runs:
