@@ -103,6 +103,10 @@ def run_path(directory: str | Path, run_id: str, *names: str) -> Path:
 # ---------------------------------------------------------------- errors
 
 
+_CLAUSE = re.compile(r";\s+|:\s+(?=(?:add|write|remove|check|give|create|save|make|use)\b)")
+_FIX_VERBS = ("add", "write", "remove", "check", "give", "create", "save", "make", "use", "run")
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong with a campaign file, ready to print."""
@@ -111,6 +115,29 @@ class Finding:
     where: str  # "[[run]] 'v1' → hours", "[lot] → price_usd", "" for the file itself
     message: str
     line: int | None = None
+    # the parts of `where`, for `check --json`: "run", "v1" (or "#2"), "hours"; None where none applies
+    table: str | None = None
+    item: str | None = None
+    key: str | None = None
+
+    @property
+    def fix(self) -> str:
+        """How to fix it: the message's own advice ("add it", "write gpus = 1"), else where to read."""
+        for clause in _CLAUSE.split(self.message):
+            if clause.lower().startswith(_FIX_VERBS):
+                return clause.rstrip(".")
+        wanted = re.match(r"must (be|not be) (.+?)(?: \(got .*\))?$", self.message, re.DOTALL)
+        if wanted and self.key:
+            return f"make {self.key} {'not ' if wanted.group(1) == 'not be' else ''}{wanted.group(2)}"
+        if self.table:
+            return f"see the [{self.table}] table in docs/campaign-file.md"
+        return "see docs/campaign-file.md"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file, "line": self.line, "table": self.table, "item": self.item, "key": self.key,
+            "where": self.where, "message": self.message, "fix": self.fix,
+        }
 
     def __str__(self) -> str:
         text = f"{self.file}: {self.where}: {self.message}" if self.where else f"{self.file}: {self.message}"
@@ -570,7 +597,7 @@ def load_campaign(directory: str | Path, *, cache: bool = False) -> Campaign:
     if not directory.exists():
         raise CampaignError([Finding(str(directory), "", "no such folder; give the folder that holds campaign.toml")])
     if not file.is_file():
-        raise CampaignError([Finding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (see README: file formats) or give the folder that holds it")])
+        raise CampaignError([Finding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (`cockpit init DIR` writes one, docs/campaign-file.md describes it) or give the folder that holds it")])
     try:
         data = file.read_bytes()
     except OSError as error:

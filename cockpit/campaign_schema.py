@@ -157,17 +157,31 @@ class _Locator:
 _ARRAY_TABLES = {"task", "run", "stop_rule", "deliverable", "expense"}
 
 
+def _item_id(raw: dict[str, Any], table: str, index: int) -> str | None:
+    items = raw.get(table)
+    item_id = None
+    if isinstance(items, list) and index < len(items):
+        entry = items[index]
+        if isinstance(entry, dict):
+            item_id = entry.get("id") if table != "expense" else entry.get("label")
+    if isinstance(item_id, str) and item_id and item_id.isprintable() and len(item_id) <= 80:
+        return item_id
+    return None
+
+
+def _item(raw: dict[str, Any], table: str, index: int | None) -> str | None:
+    """The item of an array table a finding is about: its id (an expense's label), else "#N"."""
+    if table not in _ARRAY_TABLES or index is None:
+        return None
+    return _item_id(raw, table, index) or f"#{index + 1}"
+
+
 def _place(raw: dict[str, Any], table: str, index: int | None) -> str:
     if table in _ARRAY_TABLES and index is None:
         return table
     if table in _ARRAY_TABLES:
-        items = raw.get(table)
-        item_id = None
-        if isinstance(items, list) and index is not None and index < len(items):
-            entry = items[index]
-            if isinstance(entry, dict):
-                item_id = entry.get("id") if table != "expense" else entry.get("label")
-        if isinstance(item_id, str) and item_id and item_id.isprintable() and len(item_id) <= 80:
+        item_id = _item_id(raw, table, index or 0)
+        if item_id is not None:
             return f"[[{table}]] '{item_id}'"
         return f"[[{table}]] #{(index or 0) + 1}"
     return f"[{table}]" if table else ""
@@ -403,7 +417,10 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
         where = _place(raw, table, index)
         if key:
             where = f"{where} → {key}" if where else key
-        findings.append(Finding(file_label, where, message, locator.line(table, index or 0, key.split(".")[0] if key else None)))
+        findings.append(Finding(
+            file_label, where, message, locator.line(table, index or 0, key.split(".")[0] if key else None),
+            table=table or None, item=_item(raw, table, index), key=key,
+        ))
 
     try:
         model = _adapter().validate_python(raw)

@@ -107,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("check", "cockpit.commands.check:run", "validate campaign.toml (exit 1 when invalid)")
     p.add_argument("dir", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print one JSON object: valid, findings (file, line, table, item, key, message, fix)")
 
     p = command("plan", "cockpit.commands.plan:run", "calendar, window fit, lot options and reduced protocols")
     p.add_argument("dir", metavar="DIR")
