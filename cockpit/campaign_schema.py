@@ -437,3 +437,23 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
     return Campaign(model=model, directory=directory, text=text, warnings=tuple(_warnings(model)))
 
 
+
+
+# ---------------------------------------------------------------- the JSON Schema, for editors
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of campaign.toml, from the same model `check` validates with, for editors
+    (taplo, Even Better TOML). It checks each key's type and range; what spans several keys (an
+    `after` naming an unknown id, a rule kind's required keys) is `cockpit check`'s alone. TOML
+    date-times are strings in JSON: `start` is a `date-time` string there."""
+    schema = _adapter().json_schema(mode="validation")
+    schema["properties"]["schema"] = {"const": SCHEMA, "description": "the campaign file's format version: write schema = 1"}
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "title": f"cockpit campaign.toml (schema {SCHEMA})",
+        **{k: v for k, v in schema.items() if k != "title"},
+        "description": "A training campaign on a GPU box rented as a fixed-price lot; see docs/campaign-file.md.",
+    }
