@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("demo", "cockpit.commands.demo:run", "make a demo campaign with real toy training runs and open the cockpit on it")
-    p.add_argument("dir", nargs="?", metavar="DIR", help="where to make it (default: a new folder here)")
+    p.add_argument("dir", nargs="?", metavar="DIR", help="where to make it (default: a new demo-<timestamp> folder in your data folder, ~/.local/share/cockpit on Linux)")
     p.add_argument("--theme", metavar="NAME")
     p.add_argument("--no-tui", action="store_true", help="start the runs and print where they are, without the TUI")
 
