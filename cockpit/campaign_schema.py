@@ -260,7 +260,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
         message = f"must be a list, e.g. [0]{got}"
     elif kind in ("model_type", "model_attributes_type", "dict_type", "dataclass_type", "dataclass_args_type"):
         message = f"must be a table{got}"
-    elif kind == "too_short":
+    elif kind in ("too_short", "string_too_short"):
         message = "must not be empty" + got
     else:
         message = f"{error['msg'].rstrip('.')}{got}".replace("Value error, ", "")

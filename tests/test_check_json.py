@@ -45,3 +45,10 @@ def test_toml_syntax_error_and_missing_file_are_json_too(cli, seed_campaign, tmp
     assert result.returncode == 1
     finding = json.loads(result.stdout)["findings"][0]
     assert "no campaign file here" in finding["message"] and "cockpit init" in finding["fix"]
+
+
+def test_an_empty_string_is_said_in_plain_words(cli, seed_campaign):
+    path = seed_campaign / "campaign.toml"
+    path.write_text(path.read_text().replace('path = "out/error_analysis.md"', 'path = ""'))
+    finding = json.loads(cli("check", str(seed_campaign), "--json").stdout)["findings"][0]
+    assert finding["message"] == "must not be empty (got '')" and finding["key"] == "path"
