@@ -79,8 +79,16 @@ def _interactive(args) -> None:
             continue
         args.start = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
         break
-    if args.price is None and catalog.price(args.gpu, args.days) is None:
-        args.price = _ask("Price of the whole lot in USD (the catalogue does not know it)", "")
+    while args.price is None and catalog.price(args.gpu, args.days) is None:
+        answer = _ask("Price of the whole lot in USD (the catalogue does not know it)", "")
+        if not answer:
+            return  # refused below, naming --price
+        try:
+            _price(answer)
+        except UsageError:
+            print("  an amount in USD with at most two decimals, e.g. 1234.50")
+            continue
+        args.price = answer
 
 
 def _aligned(text: str) -> str:
