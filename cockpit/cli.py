@@ -22,7 +22,7 @@ from cockpit.errors import Finding, UsageError
 __all__ = ["Finding", "UsageError", "main"]
 
 COMMANDS = (
-    "demo", "check", "plan", "status", "watch", "stop", "decide", "accept", "note", "ack", "void", "log",
+    "demo", "init", "check", "schema", "plan", "status", "watch", "stop", "decide", "accept", "note", "ack", "void", "log",
     "verify-resume", "close",
 )
 
@@ -86,6 +86,28 @@ def _seq(text: str) -> int:
     return value
 
 
+def _whole_days(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of days (got {text!r})") from None
+    if not 1 <= value <= 3660:
+        raise argparse.ArgumentTypeError(f"must be 1 to 3660 days (got {text!r})")
+    return value
+
+
+def _iso_start(text: str):
+    from datetime import datetime
+
+    try:
+        value = datetime.fromisoformat(text.strip().replace("z", "Z"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an ISO date-time with a zone, e.g. 2026-11-30T08:00:00Z (got {text!r})") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"needs a time zone, e.g. {text}Z for UTC (got {text!r})")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="cockpit",
@@ -101,12 +123,22 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("demo", "cockpit.commands.demo:run", "make a demo campaign with real toy training runs and open the cockpit on it")
-    p.add_argument("dir", nargs="?", metavar="DIR", help="where to make it (default: a new folder here)")
+    p.add_argument("dir", nargs="?", metavar="DIR", help="where to make it (default: a new demo-<timestamp> folder in your data folder, ~/.local/share/cockpit on Linux)")
     p.add_argument("--theme", metavar="NAME")
     p.add_argument("--no-tui", action="store_true", help="start the runs and print where they are, without the TUI")
 
+    p = command("init", "cockpit.commands.init:run", "write a commented campaign.toml to start from (refuses to overwrite one)")
+    p.add_argument("dir", metavar="DIR", help="the campaign folder (made when missing)")
+    p.add_argument("--gpu", metavar="MODEL", help="the lot's GPU model, e.g. \"RTX 4090\" (default: the first catalogue model)")
+    p.add_argument("--days", type=_whole_days, metavar="N", help="the lot's duration in days (default: the shortest catalogue lot)")
+    p.add_argument("--start", type=_iso_start, metavar="ISO", help="the lot's start with a zone, e.g. 2026-11-30T08:00:00Z (default: the next full hour)")
+    p.add_argument("--price", metavar="USD", help="the price of the whole lot, e.g. 47.14 (required where the catalogue has no price)")
+
     p = command("check", "cockpit.commands.check:run", "validate campaign.toml (exit 1 when invalid)")
     p.add_argument("dir", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print one JSON object: valid, findings (file, line, table, item, key, message, fix)")
+
+    command("schema", "cockpit.commands.schema:run", "print the JSON Schema of campaign.toml (for an editor: see docs/campaign-file.md)")
 
     p = command("plan", "cockpit.commands.plan:run", "calendar, window fit, lot options and reduced protocols")
     p.add_argument("dir", metavar="DIR")

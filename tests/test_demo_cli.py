@@ -41,3 +41,23 @@ def test_demo_no_tui_runs_three_live_runs_and_the_nan_rule_fires(tmp_path):
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+def test_demo_without_a_folder_goes_to_the_user_data_folder_and_says_where(tmp_path):
+    data_home = tmp_path / "data"
+    here = tmp_path / "here"
+    here.mkdir()
+    result = run_cli("demo", "--no-tui", cwd=here, env={"HOME": str(tmp_path / "home"), "XDG_DATA_HOME": str(data_home)})
+    assert result.returncode == 0, result.stderr
+    pids = [int(p) for p in result.stdout.split("(pids ")[1].split(")")[0].split(", ")]
+    try:
+        made = list((data_home / "cockpit").glob("demo-*"))
+        assert len(made) == 1 and (made[0] / "campaign.toml").is_file()
+        assert str(made[0]) in result.stdout and "data folder" in result.stdout
+        assert list(here.iterdir()) == []  # nothing in the current directory
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass

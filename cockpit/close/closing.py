@@ -1,4 +1,4 @@
-"""Closing a campaign (seed §5, §6): verify each deliverable, set the lot price against the ones
+"""Closing a campaign : verify each deliverable, set the lot price against the ones
 accepted, state what the campaign concluded, and set the frozen plan beside what was measured.
 
 `close_campaign` writes `DIR/closing/` (report.md, summary.json, manifest.json, plan.toml,
@@ -74,7 +74,7 @@ CONFIG_SUFFIXES = frozenset({".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", 
 FOLDER_CONFIG_SUFFIXES = CONFIG_SUFFIXES | {".txt"}
 
 # A branch or alias moves: only a fixed revision (a commit hash, a tag) lets the base be fetched
-# again as it was (§6 "keep the exact revision of the base").
+# again as it was: an adapter without its exact base revision cannot be reloaded later.
 MOVING_REVISIONS = frozenset({"main", "master", "head", "latest"})
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapter_model.pt")
@@ -1936,7 +1936,7 @@ def _with_times(body: dict[str, Any], campaign: Campaign, *, closed_at: datetime
     elif before:
         timing = (
             f"closed {left:g} h before the lot ends ({_short_ts(iso(end))} UTC); those hours were "
-            "left unused, a margin and not a debt (§1)"
+            "left unused, a margin and not a debt"
         )
     else:
         timing = f"closed {after:g} h after the lot ended ({_short_ts(iso(end))} UTC)"

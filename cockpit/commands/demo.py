@@ -13,10 +13,14 @@ from cockpit.errors import Finding, UsageError
 
 
 def _target(args) -> Path:
+    """DIR as given, else a new folder in the user's data folder (never the current directory,
+    which may be a repository): ~/.local/share/cockpit/demo-<timestamp> on Linux."""
     if args.dir:
         return Path(args.dir)
+    import platformdirs
+
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path.cwd() / f"cockpit-demo-{stamp}"
+    return platformdirs.user_data_path("cockpit") / f"demo-{stamp}"
 
 
 def _ask_to_stop(count: int) -> bool:
@@ -50,6 +54,8 @@ def run(args) -> int:
     campaign = load_campaign(directory)
     processes = launch_runs(directory)
     print(f"demo campaign in {directory}: {len(processes)} toy runs started (pids {', '.join(str(p.pid) for p in processes)})")
+    if not args.dir:
+        print("  (in your data folder; `cockpit demo DIR` puts it elsewhere)")
     if args.no_tui:
         print(f"watch it with `cockpit {directory}` or `cockpit status {directory}`; the runs end by themselves")
         return 0

@@ -1,5 +1,5 @@
 """`cockpit plan DIR [--json] [--extra-hours H]`: the end-to-end calendar, window fit, lot options
-and reduced protocols, as readable tables with a text Gantt, or as one JSON object (SPEC §3)."""
+and reduced protocols, as readable tables with a text Gantt, or as one JSON object (docs/json-output.md)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def money(amount) -> str:
 
 
 def as_json(report: PlanReport) -> dict[str, Any]:
-    """SPEC §3's `plan --json` fields, and the figures behind them."""
+    """The `plan --json` fields (docs/json-output.md), and the figures behind them."""
     plan = report.schedule
     return {
         "campaign": report.campaign_id,

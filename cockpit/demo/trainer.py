@@ -592,7 +592,7 @@ def train(
                     started = time.monotonic()
                     size = save_checkpoint(state, path)
                     report.checkpoint(path, time.monotonic() - started, size)
-                    if state.step == checkpoint_every:  # §5: test an early save in a new process
+                    if state.step == checkpoint_every:  # test an early save in a new process: a save that never reloads is no resume point
                         check = ResumeCheck.spawn(path, min(verify_steps, steps - state.step))
                         own_losses = []
                         if check.steps == 0:

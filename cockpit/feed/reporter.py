@@ -1,6 +1,6 @@
 """The run reporter: how a Python training loop tells the cockpit what it is doing.
 
-It writes SPEC §1.2 lines to `runs/<run-id>/metrics.jsonl` with the standard library only, so a
+It writes the metrics stream's lines to `runs/<run-id>/metrics.jsonl` with the standard library only, so a
 training environment needs nothing but this file. A full disk or a vanished folder never raises
 into the training loop: the reporter warns once, keeps the unwritten lines in memory (bounded) and
 writes them when it can again.

@@ -1,4 +1,4 @@
-"""The campaign's stop rules (§4), evaluated on every new metrics record and on each tick.
+"""The campaign's stop rules, written before the trials, evaluated on every new metrics record and on each tick.
 
 Record rules (non_finite, below, above, truncated, and a changed configuration) look at every
 line as it is read, so a NaN at line 3 of 1,000 counts even when line 1,000 is fine. Time rules
@@ -191,7 +191,7 @@ class RuleEvaluator:
         was = f"{before[:12]}… → " if before else ""
         text = (
             f"{run_id}: the configuration changed under the same run id "
-            f"(config_sha256 {was}{str(new)[:12]}…); a new configuration needs a new run id (§4)"
+            f"(config_sha256 {was}{str(new)[:12]}…); a new configuration needs a new run id: a changed configuration is a new trial, and results under one id must come from one configuration"
         )
         ts = seconds_to_datetime(ts_seconds(record.get("ts")))
         sink.append(Trigger(CONFIG_CHANGED, run_id, Action.alert.value, text, new, track.last_step, ts, line))

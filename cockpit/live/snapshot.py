@@ -183,7 +183,7 @@ def _number(value: Any) -> Any:
 
 
 def to_json(snapshot: Snapshot) -> dict[str, Any]:
-    """`status --json`: SPEC §3's fields, plus what the TUI shows."""
+    """`status --json`: the documented fields (docs/json-output.md), plus what the TUI shows."""
     clock, lot = snapshot.clock, snapshot.lot
     return {
         "campaign": lot.campaign_id,

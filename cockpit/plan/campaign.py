@@ -92,6 +92,10 @@ def run_path(directory: str | Path, run_id: str, *names: str) -> Path:
 # ---------------------------------------------------------------- errors
 
 
+_CLAUSE = re.compile(r";\s+|:\s+(?=(?:add|write|remove|check|give|create|save|make|use)\b)")
+_FIX_VERBS = ("add", "write", "remove", "check", "give", "create", "save", "make", "use", "run")
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing wrong with a campaign file, ready to print."""
@@ -100,6 +104,29 @@ class Finding:
     where: str  # "[[run]] 'v1' → hours", "[lot] → price_usd", "" for the file itself
     message: str
     line: int | None = None
+    # the parts of `where`, for `check --json`: "run", "v1" (or "#2"), "hours"; None where none applies
+    table: str | None = None
+    item: str | None = None
+    key: str | None = None
+
+    @property
+    def fix(self) -> str:
+        """How to fix it: the message's own advice ("add it", "write gpus = 1"), else where to read."""
+        for clause in _CLAUSE.split(self.message):
+            if clause.lower().startswith(_FIX_VERBS):
+                return clause.rstrip(".")
+        wanted = re.match(r"must (be|not be) (.+?)(?: \(got .*\))?$", self.message, re.DOTALL)
+        if wanted and self.key:
+            return f"make {self.key} {'not ' if wanted.group(1) == 'not be' else ''}{wanted.group(2)}"
+        if self.table:
+            return f"see the [{self.table}] table in docs/campaign-file.md"
+        return "see docs/campaign-file.md"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file, "line": self.line, "table": self.table, "item": self.item, "key": self.key,
+            "where": self.where, "message": self.message, "fix": self.fix,
+        }
 
     def __str__(self) -> str:
         text = f"{self.file}: {self.where}: {self.message}" if self.where else f"{self.file}: {self.message}"
@@ -178,7 +205,7 @@ def _as_enums(item: Any, **kinds: type[Enum]) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Closing:
-    """[closing]: the metric, direction and threshold that let the campaign close (§1)."""
+    """[closing]: the metric, direction and threshold that let the campaign close."""
 
     __pydantic_config__ = _STRICT_KEYS
 

@@ -25,7 +25,7 @@ def load_campaign(directory: str | Path) -> Campaign:
     if not directory.exists():
         raise CampaignError([Finding(str(directory), "", "no such folder; give the folder that holds campaign.toml")])
     if not file.is_file():
-        raise CampaignError([Finding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (see README: file formats) or give the folder that holds it")])
+        raise CampaignError([Finding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (`cockpit init DIR` writes one, docs/campaign-file.md describes it) or give the folder that holds it")])
     try:
         data = file.read_bytes()
     except OSError as error:

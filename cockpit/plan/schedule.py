@@ -1,4 +1,4 @@
-"""The end-to-end calendar (seed §2, §3): list scheduling of tasks and runs on the lot's GPUs and
+"""The end-to-end calendar: list scheduling of tasks and runs on the lot's GPUs and
 one operator, window fit, lot options and reduced protocols. Pure arithmetic, no I/O.
 
 Hours are added as whole nanohours (integers), so the decimals the user wrote add up exactly
@@ -478,7 +478,7 @@ def plan_report(campaign: Any, extra_hours: float = 0.0, offers: Sequence[Any] |
             f"The extra {extra_hours:g} h are added to every option and reduced protocol."
         )
     notes.append(
-        "Uncommitted hours are a margin, not a debt: the lot need not be filled (§1)."
+        "Uncommitted hours are a margin, not a debt: the campaign buys a decision, not busy hours."
     )
     return PlanReport(
         campaign_id=campaign.id,

@@ -80,17 +80,31 @@ class _Locator:
 _ARRAY_TABLES = {"task", "run", "stop_rule", "deliverable", "expense"}
 
 
+def _item_id(raw: dict[str, Any], table: str, index: int) -> str | None:
+    items = raw.get(table)
+    item_id = None
+    if isinstance(items, list) and index < len(items):
+        entry = items[index]
+        if isinstance(entry, dict):
+            item_id = entry.get("id") if table != "expense" else entry.get("label")
+    if isinstance(item_id, str) and item_id and item_id.isprintable() and len(item_id) <= 80:
+        return item_id
+    return None
+
+
+def _item(raw: dict[str, Any], table: str, index: int | None) -> str | None:
+    """The item of an array table a finding is about: its id (an expense's label), else "#N"."""
+    if table not in _ARRAY_TABLES or index is None:
+        return None
+    return _item_id(raw, table, index) or f"#{index + 1}"
+
+
 def _place(raw: dict[str, Any], table: str, index: int | None) -> str:
     if table in _ARRAY_TABLES and index is None:
         return table
     if table in _ARRAY_TABLES:
-        items = raw.get(table)
-        item_id = None
-        if isinstance(items, list) and index is not None and index < len(items):
-            entry = items[index]
-            if isinstance(entry, dict):
-                item_id = entry.get("id") if table != "expense" else entry.get("label")
-        if isinstance(item_id, str) and item_id and item_id.isprintable() and len(item_id) <= 80:
+        item_id = _item_id(raw, table, index or 0)
+        if item_id is not None:
             return f"[[{table}]] '{item_id}'"
         return f"[[{table}]] #{(index or 0) + 1}"
     return f"[{table}]" if table else ""
@@ -169,7 +183,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
         message = f"must be a list, e.g. [0]{got}"
     elif kind in ("model_type", "model_attributes_type", "dict_type", "dataclass_type", "dataclass_args_type"):
         message = f"must be a table{got}"
-    elif kind == "too_short":
+    elif kind in ("too_short", "string_too_short"):
         message = "must not be empty" + got
     else:
         message = f"{error['msg'].rstrip('.')}{got}".replace("Value error, ", "")
@@ -293,7 +307,7 @@ def _cross_checks(model: CampaignModel, add) -> None:
 def _warnings(model: CampaignModel) -> list[str]:
     notes = []
     if model.closing is None:
-        notes.append("no [closing] table: nothing says what lets the campaign close (§1); add metric, direction and threshold")
+        notes.append("no [closing] table: nothing says what lets the campaign close, so no result can be called a decision; add metric, direction and threshold")
     if not model.runs:
         notes.append("no [[run]]: nothing will be monitored")
     if not any(r.role is Role.control for r in model.runs) and model.runs:
@@ -326,7 +340,10 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
         where = _place(raw, table, index)
         if key:
             where = f"{where} → {key}" if where else key
-        findings.append(Finding(file_label, where, message, locator.line(table, index or 0, key.split(".")[0] if key else None)))
+        findings.append(Finding(
+            file_label, where, message, locator.line(table, index or 0, key.split(".")[0] if key else None),
+            table=table or None, item=_item(raw, table, index), key=key,
+        ))
 
     try:
         model = _adapter().validate_python(raw)
@@ -343,3 +360,23 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
     return Campaign(model=model, directory=directory, text=text, warnings=tuple(_warnings(model)))
 
 
+
+
+# ---------------------------------------------------------------- the JSON Schema, for editors
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of campaign.toml, from the same model `check` validates with, for editors
+    (taplo, Even Better TOML). It checks each key's type and range; what spans several keys (an
+    `after` naming an unknown id, a rule kind's required keys) is `cockpit check`'s alone. TOML
+    date-times are strings in JSON: `start` is a `date-time` string there."""
+    schema = _adapter().json_schema(mode="validation")
+    schema["properties"]["schema"] = {"const": SCHEMA, "description": "the campaign file's format version: write schema = 1"}
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "title": f"cockpit campaign.toml (schema {SCHEMA})",
+        **{k: v for k, v in schema.items() if k != "title"},
+        "description": "A training campaign on a GPU box rented as a fixed-price lot; see docs/campaign-file.md.",
+    }

@@ -156,7 +156,7 @@ def record_stop(
         if earlier is not None:
             raise Finding(
                 f"run '{run_id}' was already stopped (seq {earlier['seq']}, {earlier.get('ts')}); "
-                "nothing was recorded. A relaunch after a fix deserves a new run id (§4); "
+                "nothing was recorded. A relaunch after a fix deserves a new run id, because a changed configuration is a new trial; "
                 "to add an explanation, record a note on the run; a mistaken stop is taken back "
                 f"with `cockpit void DIR {earlier['seq']} --reason TEXT`"
             )

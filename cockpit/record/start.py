@@ -104,5 +104,5 @@ def plan_drift(campaign: Any) -> str | None:
     return (
         "campaign.toml has changed since the campaign started; the frozen plan in "
         f"{STATE_DIR}/{FROZEN_PLAN} stays the reference for planned vs actual. "
-        "A run whose configuration changed after a stop needs a new run id (§4)."
+        "A run whose configuration changed after a stop needs a new run id: a changed configuration is a new trial."
     )

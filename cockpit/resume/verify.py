@@ -1,4 +1,4 @@
-"""Resume verification (seed §5): is a checkpoint a resume point, does it reload in a new process,
+"""Resume verification: is a checkpoint a resume point, does it reload in a new process,
 and how often should a run save given what a save costs.
 
 Neither torch nor numpy is a cockpit dependency: the contents of a torch file are read by a
@@ -268,7 +268,7 @@ def _explain_reload(report: ResumeReport) -> None:
 
 
 def save_seconds_from_metrics(metrics_path: Path, last: int = 20) -> float | None:
-    """Median `seconds` of the last `checkpoint` events a run reported (SPEC §1.2), if any."""
+    """Median `seconds` of the last `checkpoint` events a run reported (the metrics stream's own events), if any."""
     seconds: collections.deque[float] = collections.deque(maxlen=last)
     try:
         with metrics_path.open("rb") as handle:

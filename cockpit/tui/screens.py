@@ -294,7 +294,7 @@ DECISION_HELP = {
 
 
 class DecisionScreen(Dialog):
-    """The pilot decision (§1): continue, drop an optional variant, or revise the question."""
+    """The pilot decision: continue, drop an optional variant, or revise the question."""
 
     def __init__(self, pilot_facts: str) -> None:
         super().__init__()
