@@ -11,8 +11,6 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
-import pytest
-
 from cockpit.common.times import iso
 from cockpit.live.engine import Engine
 from cockpit.live.gpu import FakeGpus, GpuSnapshot

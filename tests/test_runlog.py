@@ -7,8 +7,7 @@ import json
 import multiprocessing
 import os
 import stat
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import datetime, timezone
 
 import pytest
 

@@ -21,7 +21,6 @@ import shlex
 import shutil
 import struct
 import sys
-import time
 import tomllib
 import zipfile
 from array import array
@@ -1179,7 +1178,7 @@ def _check_ids(verdict: DeliverableVerdict, campaign: Campaign, path: Path) -> N
         verdict.set("expected_ids", False, f"the expected-ids file cannot be read: {error}")
         return
     if path.is_dir():
-        verdict.set("expected_ids", False, f"expected ids cannot be checked in a folder: point the deliverable at its predictions file")
+        verdict.set("expected_ids", False, "expected ids cannot be checked in a folder: point the deliverable at its predictions file")
         return
     if path.suffix.lower() not in (".jsonl", ".ndjson", ".csv", ".tsv", ".json", ".txt", ".ids", ""):
         verdict.set("expected_ids", False, f"expected ids cannot be checked in a '{path.suffix}' file (JSON Lines, CSV or a plain id list)")

@@ -21,7 +21,6 @@ from cockpit.record.runlog import RunLog
 from cockpit.record.start import plan_drift
 
 SOURCE = "cli"
-FINISHED_OK = ("ok", "success", "finished", "done")  # a `finished` status that means a clean end (as the engine reads it)
 
 
 def _open(args) -> tuple[Campaign, RunLog]:
@@ -46,9 +45,7 @@ def stop(args) -> int:
         decisions.require_rule(campaign, args.rule)
     track = track_of(campaign, args.run)  # read once: for the last metrics and for the run's pid
     signal = (lambda: terminate_run_of(campaign, args.run, track=track)) if args.signal else None
-    finished = track is not None and track.finished is not None and (
-        str(track.finished.get("status", "ok")).lower() in FINISHED_OK
-    )
+    finished = track is not None and track.finished_cleanly
     event = decisions.record_stop(
         campaign, log, args.run, rule=args.rule, reason=args.reason, source=SOURCE,
         last=last_metrics_of_run(campaign, args.run, track=track), signal=signal,

@@ -8,11 +8,10 @@ import math
 import shutil
 import sys
 import textwrap
-from datetime import timezone
 from pathlib import Path
 
 from cockpit.common.text import escape_control, json_safe
-from cockpit.common.times import iso, utc_now
+from cockpit.common.times import iso, utc_minute, utc_now
 from cockpit.errors import Finding, UsageError
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
@@ -254,4 +253,4 @@ def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry)
 
 
 def _clock(moment) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if moment else "?"
+    return utc_minute(moment) if moment else "?"

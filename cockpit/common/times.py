@@ -17,6 +17,12 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def utc_minute(moment: datetime) -> str:
+    """A moment for a message, to the minute in UTC ("2026-11-30 08:00 UTC"); naive is read as UTC."""
+    moment = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 def parse_ts(text: str) -> datetime | None:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))

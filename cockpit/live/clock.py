@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from cockpit.common.times import utc_minute
 from cockpit.plan.schedule import Schedule, schedule
 
 RULE = "lot-window"
@@ -115,7 +116,7 @@ def _utc(moment: datetime) -> datetime:
 
 
 def _when(moment: datetime) -> str:
-    return _utc(moment).strftime("%Y-%m-%d %H:%M UTC")
+    return utc_minute(moment)
 
 
 def duration(hours: float) -> str:

@@ -15,12 +15,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
-from pathlib import Path
+from datetime import datetime
 from typing import Any
 
-from cockpit.common.layout import RUNS_DIR, STATE_DIR, state_dir
-from cockpit.common.times import iso, parse_ts, utc_now
+from cockpit.common.layout import RUNS_DIR, state_dir
+from cockpit.common.times import iso, parse_ts, utc_minute, utc_now
 from cockpit.live.clock import ItemProgress, lot_clock, projected
 from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
 from cockpit.live.host import HostProcesses
@@ -780,7 +779,7 @@ def _ago(seconds: float) -> str:
 
 
 def _utc_text(moment: datetime | None) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if moment else "an unknown time"
+    return utc_minute(moment) if moment else "an unknown time"
 
 
 def _ts_text(seconds: Any) -> str | None:
@@ -798,7 +797,7 @@ def _state(track: RunTrack, stop: dict[str, Any] | None, alive: bool | None, unr
     if unreadable:
         return "unreadable"  # its metrics path holds no readable file: nothing it says is seen
     if track.finished is not None:
-        return "finished" if str(track.finished.get("status", "ok")).lower() in ("ok", "success", "finished", "done") else "failed"
+        return "finished" if track.finished_cleanly else "failed"
     if not track.lines and not track.started:
         return "planned"
     if alive is False:

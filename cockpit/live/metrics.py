@@ -46,6 +46,7 @@ TS_MAX = 4102444800.0  # 2100-01-01T00:00:00Z
 SECONDS_MAX = 7 * 86400.0  # a save or a reload that takes more than a week is no measurement
 BYTES_MAX = 1 << 50  # 1 PiB: no checkpoint is larger
 BAD_FIELDS_KEPT = 20
+FINISHED_OK = ("ok", "success", "finished", "done")  # a `finished` status that means a clean end
 STATE_FILE = METRICS_STATE_FILE  # in the campaign's .cockpit/ folder
 STATE_VERSION = 1
 STATE_FILE_MODE = FILE_MODE
@@ -285,6 +286,11 @@ class RunTrack:
     @property
     def bad_line_numbers(self) -> list[int]:
         return [line for line, _ in self.bad_samples]
+
+    @property
+    def finished_cleanly(self) -> bool:
+        """The run said `finished` with a status that means a clean end (no status: a clean end)."""
+        return self.finished is not None and str(self.finished.get("status", "ok")).lower() in FINISHED_OK
 
     @property
     def essential_truncation(self) -> dict | None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from cockpit.common.times import utc_minute
 from cockpit.live.metrics import RunTrack, as_step, format_value, seconds_to_datetime, ts_seconds
 from cockpit.plan.campaign import Action, RuleKind, StopRule
 
@@ -222,7 +223,7 @@ class RuleEvaluator:
             if track.first_resume_ts is not None and track.first_resume_ts <= deadline:
                 continue
             started = seconds_to_datetime(start)
-            when = started.strftime("%Y-%m-%d %H:%M UTC") if started else "its start"
+            when = utc_minute(started) if started else "its start"
             text = f"no verified resume within {_hours(rule.within_hours or 0)} of the run's start ({when})"
             self._fire(sink, rule, run_id, text, None, track.last_step, None, None, moment)
         if alive is not False and track.last_line_ts is not None:
