@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cockpit.close import closing
-from cockpit.close.closing import IdsError, read_ids
+from cockpit.close import ids as id_reading
+from cockpit.close.ids import IdsError, read_ids
 from tests.test_closing import IDS, check, deliverable, make_campaign, write
 
 
@@ -70,12 +71,12 @@ def outcome(reader, path: Path):
 
 @contextmanager
 def chunks_of(size: int):
-    saved = closing.ID_CHUNK_BYTES
-    closing.ID_CHUNK_BYTES = size
+    saved = id_reading.ID_CHUNK_BYTES
+    id_reading.ID_CHUNK_BYTES = size
     try:
         yield
     finally:
-        closing.ID_CHUNK_BYTES = saved
+        id_reading.ID_CHUNK_BYTES = saved
 
 
 # ---------------------------------------------------------------- the same answers, streamed
@@ -136,6 +137,6 @@ def test_many_missing_ids_are_found_through_the_sorted_arrays_too(tmp_path, monk
     camp = make_campaign(tmp_path, deliverable("p", "out/p.txt", expect_ids="data/expected.txt"))
     write(camp, "data/expected.txt", "\n".join(f"e-{n}" for n in range(3000)) + "\n")
     write(camp, "out/p.txt", "\n".join(f"e-{n}" for n in range(0, 3000, 2)) + "\n")
-    monkeypatch.setattr(closing, "MISSING_SET_MAX", 10)
+    monkeypatch.setattr(id_reading, "MISSING_SET_MAX", 10)
     detail = check(tmp_path, camp).verdicts[0].check("expected_ids").detail
     assert detail == "1500 of 3000 expected ids are missing (e.g. e-1, e-3, e-5, e-7, e-9, …)"
