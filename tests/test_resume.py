@@ -23,7 +23,8 @@ import pytest
 from cockpit.cli import UsageError
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
-from cockpit.resume import scan as resume_scan
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints import scan as resume_scan
 from cockpit.resume import report as resume_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,11 +207,11 @@ def test_safetensors_header_is_read_by_hand(tmp_path):
     assert (header.tensor_count, header.data_bytes, header.metadata) == (2, 12, {"format": "pt"})
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[:-4])
-    with pytest.raises(resume_report.CheckpointUnreadable, match="truncated"):
+    with pytest.raises(CheckpointUnreadable, match="truncated"):
         resume_scan.read_safetensors_header(cut)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(struct.pack("<Q", 5) + b"{oops")
-    with pytest.raises(resume_report.CheckpointUnreadable, match="not JSON"):
+    with pytest.raises(CheckpointUnreadable, match="not JSON"):
         resume_scan.read_safetensors_header(junk)
 
 

@@ -332,7 +332,7 @@ def resume_point(**extra) -> dict:
 
 
 def test_the_globals_scan_walks_opcodes_and_runs_nothing(tmp_path):
-    from cockpit.resume import scan as resume_scan
+    from cockpit.checkpoints import scan as resume_scan
 
     marker = tmp_path / "MARKER"
     for protocol in (0, 2, 4, 5):
@@ -357,7 +357,7 @@ def test_the_legacy_torch_format_is_vetted_pickle_by_pickle(tmp_path):
     """torch's pre-1.6 format: five pickles back to back (magic, protocol, system info, the object,
     the storage keys), then raw bytes; code hidden in the last one is found too."""
     from cockpit.resume import verify as resume
-    from cockpit.resume import scan as resume_scan
+    from cockpit.checkpoints import scan as resume_scan
 
     marker = tmp_path / "MARKER"
     path = tmp_path / "old.pt"
@@ -399,7 +399,7 @@ def test_verify_resume_never_runs_the_code_in_a_checkpoint(tmp_path, fake_torch,
 
 def test_the_reload_child_admits_only_the_vetted_globals(tmp_path, fake_torch):
     """Even were the vetting wrong, the unpickler in the fresh process resolves no other global."""
-    from cockpit.resume import scan as resume_scan
+    from cockpit.checkpoints import scan as resume_scan
     from cockpit.resume import reload as resume_reload
 
     marker = tmp_path / "MARKER"

@@ -31,6 +31,9 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints.headers import read_safetensors_header
+from cockpit.checkpoints.scan import torch_file_refusal
 from cockpit.common.layout import CLOSING_DIR, DIR_MODE, FILE_MODE, FROZEN_PLAN, RUNLOG_FILE, STATE_DIR
 from cockpit.common.subprocesses import run_bounded
 from cockpit.common.text import escape_control, json_safe
@@ -692,52 +695,12 @@ def _reload_toml(path: Path, timeout: float) -> tuple[bool | None, str]:
     return True, "parses as TOML"
 
 
-SAFETENSORS_HEADER_MAX = 100 * 1024 * 1024
-
-
 def safetensors_problem(path: Path) -> str | None:
-    """Why a file is not a safetensors file (8-byte little-endian header length, a JSON header,
-    tensors whose byte ranges tile the data exactly), or None when it is one."""
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        head = handle.read(8)
-        if len(head) < 8:
-            return f"{path.name} is shorter than a safetensors header ({size} bytes)"
-        (length,) = struct.unpack("<Q", head)
-        if length == 0 or length > SAFETENSORS_HEADER_MAX or 8 + length > size:
-            return f"{path.name}: the safetensors header length ({length}) does not fit the file ({size} bytes)"
-        raw = handle.read(length)
+    """Why a file is not a safetensors file (its header against the file's sizes), or None."""
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return f"{path.name}: the safetensors header is not JSON"
-    if not isinstance(header, dict):
-        return f"{path.name}: the safetensors header is not a JSON object"
-    data_size = size - 8 - length
-    spans = []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("dtype"), str)
-            or not isinstance(entry.get("shape"), list)
-            or not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets))
-        ):
-            return f"{path.name}: tensor '{name}' has no dtype, shape and data_offsets"
-        begin, end = offsets
-        if not 0 <= begin <= end <= data_size:
-            return f"{path.name}: tensor '{name}' points past the end of the file"
-        spans.append((begin, end))
-    spans.sort()
-    position = 0
-    for begin, end in spans:
-        if begin != position:
-            return f"{path.name}: the tensors' bytes overlap or leave a gap at byte {position}"
-        position = end
-    if position != data_size:
-        return f"{path.name}: {data_size - position} bytes after the last tensor belong to none"
+        read_safetensors_header(path)
+    except CheckpointUnreadable as error:
+        return f"{path.name}: {error}"
     return None
 
 
@@ -861,9 +824,7 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
 
 
 def _torch_refusal(path: Path) -> str | None:
-    from cockpit.resume.scan import torch_file_refusal  # CRC-32 of every member, the pickle's globals (no unpickling)
-
-    return torch_file_refusal(path)
+    return torch_file_refusal(path)  # CRC-32 of every member, the pickle's globals (no unpickling)
 
 
 def _reload_torch(path: Path, timeout: float, preloaded: Preloaded | None = None) -> tuple[bool | None, str]:

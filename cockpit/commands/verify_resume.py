@@ -13,9 +13,9 @@ from pathlib import Path
 from cockpit.common.text import escape_control, json_safe
 from cockpit.common.times import iso, utc_minute, utc_now
 from cockpit.errors import Finding, UsageError
+from cockpit.checkpoints.scan import TRUST_FLAG
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
-from cockpit.resume import scan as resume_scan
 from cockpit.resume import report as resume_report
 
 
@@ -201,11 +201,11 @@ def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry)
     elif report.would_run_code:
         verdict = (
             f"NOT verified: it would run code ({', '.join(report.would_run_code[:6])}) when unpickled, so it "
-            f"was not loaded, not even with {resume_scan.TRUST_FLAG}"
+            f"was not loaded, not even with {TRUST_FLAG}"
         )
     elif report.needs_trust:
         verdict = (
-            f"NOT verified: it needs {resume_scan.TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
+            f"NOT verified: it needs {TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
             "and only if you trust the file"
         )
     elif not report.resume_point:

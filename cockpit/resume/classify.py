@@ -9,8 +9,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from cockpit.resume.report import CHECKPOINT_SUFFIXES, CheckpointUnreadable, PARTS, Part, ResumeReport
-from cockpit.resume.scan import Vetting, _Opaque, _is_damage, _Tensor, _count_tensors, _short, read_safetensors_header, scan_torch_file, vet_file
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints.headers import read_safetensors_header
+from cockpit.checkpoints.kinds import FileKind
+from cockpit.checkpoints.scan import Opaque, TensorStub, Vetting, count_tensors, is_damage, scan_torch_file, short_error, vet_file
+from cockpit.resume.report import CHECKPOINT_SUFFIXES, PARTS, Part, ResumeReport
 
 
 # ---------------------------------------------------------------- what a checkpoint holds
@@ -62,7 +65,7 @@ def _part_for_key(key: str) -> str | None:
 def _is_tensor_mapping(value: Any) -> bool:
     if not isinstance(value, dict) or not value:
         return False
-    tensors = sum(1 for v in value.values() if isinstance(v, _Tensor))
+    tensors = sum(1 for v in value.values() if isinstance(v, TensorStub))
     return tensors * 5 >= len(value) * 4  # a state_dict is tensors, give or take a buffer or two
 
 
@@ -81,7 +84,7 @@ def _progress_value(value: Any) -> int | float | None:
         return value
     if isinstance(value, float) and math.isfinite(value):
         return value
-    if isinstance(value, _Tensor):
+    if isinstance(value, TensorStub):
         return -1  # a 0-d tensor: present, value only visible to torch
     return None
 
@@ -92,11 +95,11 @@ def _plausible(part: str, value: Any) -> bool:
     if part == "progress":
         return _progress_value(value) is not None
     if part == "model" and isinstance(value, (dict, list, tuple)):
-        return _count_tensors(value) > 0  # {"model": {"name": "bert"}} is a config, not weights
+        return count_tensors(value) > 0  # {"model": {"name": "bert"}} is a config, not weights
     if part in ("model", "optimizer", "scheduler", "scaler"):
         if isinstance(value, (dict, list, tuple)):
             return len(value) > 0
-        return isinstance(value, _Opaque)  # a pickled nn.Module or optimizer object
+        return isinstance(value, Opaque)  # a pickled nn.Module or optimizer object
     return True
 
 
@@ -106,7 +109,7 @@ def _describe_progress(found: list[tuple[str, Any]]) -> str | None:
         number = _progress_value(value)
         if number is None:
             continue
-        shown.append(f"{key} (a tensor)" if number == -1 and isinstance(value, _Tensor) else f"{key} {number:g}")
+        shown.append(f"{key} (a tensor)" if number == -1 and isinstance(value, TensorStub) else f"{key} {number:g}")
     return ", ".join(shown) or None
 
 
@@ -130,9 +133,9 @@ def _walk_named_parts(mapping: dict, parts: dict[str, Part], progress: list[tupl
 
 def _detail(part: str, value: Any) -> str | None:
     if part == "model" and isinstance(value, dict):
-        tensors = _count_tensors(value)
+        tensors = count_tensors(value)
         return f"{tensors} tensor{'s' if tensors != 1 else ''}" if tensors else None
-    if part == "model" and isinstance(value, _Opaque):
+    if part == "model" and isinstance(value, Opaque):
         return f"a pickled {value.qualname} object"
     if part == "optimizer" and isinstance(value, dict) and isinstance(value.get("param_groups"), list):
         groups = value["param_groups"]
@@ -142,7 +145,7 @@ def _detail(part: str, value: Any) -> str | None:
 
 def _precision_hint(obj: Any, depth: int = 0) -> str | None:
     """'fp16' when loss scaling is in use, 'no-scaler' when the file says it trains without one."""
-    if isinstance(obj, _Opaque):
+    if isinstance(obj, Opaque):
         obj = obj.fields()
     if not isinstance(obj, dict) or depth > 2:
         return None
@@ -171,7 +174,7 @@ def _precision_hint(obj: Any, depth: int = 0) -> str | None:
 
 def classify_object(obj: Any, report: ResumeReport) -> None:
     """Fill `report` from the object tree of a torch.save file (plain dict or Lightning)."""
-    if isinstance(obj, _Opaque) and not isinstance(obj, _Tensor):
+    if isinstance(obj, Opaque) and not isinstance(obj, TensorStub):
         report.format = "pytorch"
         report.parts["model"] = Part(True, "(the whole file)", f"a pickled {obj.qualname} object")
         report.notes.append(
@@ -335,7 +338,7 @@ def is_hf_checkpoint(folder: Path) -> bool:
     return has_weights and not has_subcheckpoints
 
 
-def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, str]]:
+def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     """Fill `report` from the folder's files; return the files to reload (path, kind)."""
     report.format = "huggingface"
     parts = report.parts
@@ -345,7 +348,7 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
         report.problem = f"cannot list the folder: {error.strerror or error}"
         return []
     names = {p.name: p for p in entries}
-    to_reload: list[tuple[Path, str]] = []
+    to_reload: list[tuple[Path, FileKind]] = []
     size = 0
     tensors = 0
     weights = [p for p in entries if _HF_WEIGHTS.match(p.name) and p.is_file()]
@@ -357,9 +360,9 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
         if index in names:
             _check_shards(names[index], folder, report)
     for path in weights:
-        kind = "safetensors" if path.suffix == ".safetensors" else "torch"
+        kind = FileKind.safetensors if path.suffix == ".safetensors" else FileKind.torch
         to_reload.append((path, kind))
-        if kind == "safetensors":
+        if kind == FileKind.safetensors:
             try:
                 header = read_safetensors_header(path)
                 tensors += header.tensor_count
@@ -368,7 +371,7 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
                 report.vetting[str(path)] = Vetting(damaged=str(error))
     if "optimizer.pt" in names:
         parts["optimizer"] = Part(True, "optimizer.pt")
-        to_reload.append((names["optimizer.pt"], "torch"))
+        to_reload.append((names["optimizer.pt"], FileKind.torch))
     else:
         deepspeed = [p for p in entries if p.is_dir() and re.match(r"^global_step\d+$", p.name)]
         fsdp = [p for p in entries if p.is_dir() and p.name.startswith("optimizer_")]
@@ -378,14 +381,14 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
             report.notes.append(f"the optimizer is sharded in {where}/: it reloads only under the same sharding setup, not checked here")
     if "scheduler.pt" in names:
         parts["scheduler"] = Part(True, "scheduler.pt")
-        to_reload.append((names["scheduler.pt"], "torch"))
+        to_reload.append((names["scheduler.pt"], FileKind.torch))
     if "scaler.pt" in names:
         parts["scaler"] = Part(True, "scaler.pt")
-        to_reload.append((names["scaler.pt"], "torch"))
+        to_reload.append((names["scaler.pt"], FileKind.torch))
     rng_files = [p for p in entries if re.match(r"^rng_state(_\d+)?\.pth$", p.name)]
     if rng_files:
         parts["rng"] = Part(True, rng_files[0].name if len(rng_files) == 1 else f"{len(rng_files)} rng_state_*.pth files")
-        to_reload.extend((p, "torch") for p in rng_files)
+        to_reload.extend((p, FileKind.torch) for p in rng_files)
     state_file = names.get("trainer_state.json")
     folder_step = _HF_CHECKPOINT_DIR.match(folder.name)
     if state_file is not None:
@@ -414,7 +417,7 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
     if args_file is not None and not parts["scaler"].present:
         try:
             scan = scan_torch_file(args_file)
-            fields = scan.obj.fields() if isinstance(scan.obj, _Opaque) else {}
+            fields = scan.obj.fields() if isinstance(scan.obj, Opaque) else {}
             if fields.get("fp16") is False:
                 report.not_needed["scaler"] = "training_args.bin: fp16 is off, so there is no loss scaler to save"
         except CheckpointUnreadable:
@@ -434,7 +437,7 @@ def classify_hf_folder(folder: Path, report: ResumeReport) -> list[tuple[Path, s
 _HF_TORCH_SUFFIXES = (".pt", ".pth", ".bin")
 
 
-def _vet_hf_files(entries: list[Path], to_reload: list[tuple[Path, str]], report: ResumeReport) -> None:
+def _vet_hf_files(entries: list[Path], to_reload: list[tuple[Path, FileKind]], report: ResumeReport) -> None:
     """Each file of the folder: CRC-32 of a torch file's members, a safetensors file's sizes, a
     JSON file's syntax; the files to reload are vetted again in verify_resume (from the cache)."""
     reloading = {str(p) for p, _kind in to_reload}
@@ -445,15 +448,15 @@ def _vet_hf_files(entries: list[Path], to_reload: list[tuple[Path, str]], report
             try:
                 json.loads(path.read_bytes().decode("utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError) as error:
-                report.damaged.append(f"{path.name}: damaged: it does not parse as JSON ({_short(error)})")
+                report.damaged.append(f"{path.name}: damaged: it does not parse as JSON ({short_error(error)})")
             except OSError as error:
                 report.damaged.append(f"{path.name}: cannot read it: {error.strerror or error}")
             continue
-        kind = "safetensors" if path.suffix == ".safetensors" else "torch" if path.suffix in _HF_TORCH_SUFFIXES else None
+        kind = FileKind.safetensors if path.suffix == ".safetensors" else FileKind.torch if path.suffix in _HF_TORCH_SUFFIXES else None
         if kind is None:
             continue
         cause = vet_file(path, kind).damaged
-        if cause and _is_damage(cause):
+        if cause and is_damage(cause):
             report.damaged.append(f"{path.name}: {cause}")
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cockpit.resume.scan import Vetting
+    from cockpit.checkpoints.scan import Vetting
 
 
 PARTS = ("model", "optimizer", "progress", "scheduler", "scaler", "rng", "data_position")
@@ -29,11 +29,6 @@ COSTS = {
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".npz", ".safetensors", ".tar")
 DEFAULT_TIMEOUT_S = 600.0
-_RESULT_MARK = "@@cockpit-reload@@"
-
-
-class CheckpointUnreadable(Exception):
-    """The file cannot be read as a checkpoint; the message is the plain cause."""
 
 
 # ---------------------------------------------------------------- the report

@@ -55,8 +55,11 @@ from typing import Any
 
 from cockpit.resume.classify import classify_hf_folder, classify_npz_keys, classify_object, is_hf_checkpoint, newest_checkpoint
 from cockpit.resume.reload import reload_in_new_process
-from cockpit.resume.report import CHECKPOINT_SUFFIXES, CheckpointUnreadable, DEFAULT_TIMEOUT_S, Part, Reload, ResumeReport
-from cockpit.resume.scan import TRUST_FLAG, Vetting, _plain_global, _is_damage, _damaged_text, _npy_scalar, read_safetensors_header, scan_torch_file, vet_file, zip_damage
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints.headers import npy_scalar, read_safetensors_header
+from cockpit.checkpoints.kinds import FileKind
+from cockpit.checkpoints.scan import TRUST_FLAG, Vetting, damaged_text, is_damage, plain_global, scan_torch_file, vet_file, zip_damage
+from cockpit.resume.report import CHECKPOINT_SUFFIXES, DEFAULT_TIMEOUT_S, Part, Reload, ResumeReport
 
 
 # ---------------------------------------------------------------- the whole check
@@ -109,7 +112,7 @@ def verify_resume(
         if vetting.damaged:
             unreadable.append(vetting.damaged if len(files) == 1 else f"{Path(file).name}: {vetting.damaged}")
     for cause in unreadable:
-        if _is_damage(cause.split(": ", 1)[1] if len(files) > 1 else cause) and cause not in report.damaged:
+        if is_damage(cause.split(": ", 1)[1] if len(files) > 1 else cause) and cause not in report.damaged:
             report.damaged.append(cause)
     if reload and files and unreadable:
         # nothing is unpickled that could not be vetted, and damaged bytes would load as garbage
@@ -161,7 +164,7 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
+def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.size_bytes = _size(path)
     report.format = "pytorch" if path.suffix != ".ckpt" else "lightning"
     try:
@@ -169,28 +172,28 @@ def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
     except CheckpointUnreadable as error:
         report.problem = str(error)
         report.vetting[str(path)] = Vetting(damaged=str(error))
-        return [(path, "torch")]
-    report.vetting[str(path)] = Vetting(damaged=_damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
-    report.foreign_globals = list(dict.fromkeys(_plain_global(g) for g in scan.globals if not g.startswith("torch.")))
+        return [(path, FileKind.torch)]
+    report.vetting[str(path)] = Vetting(damaged=damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
+    report.foreign_globals = list(dict.fromkeys(plain_global(g) for g in scan.globals if not g.startswith("torch.")))
     if scan.structure_error:
         report.problem = scan.structure_error  # the globals are vetted: torch may still read it
-        return [(path, "torch")]
+        return [(path, FileKind.torch)]
     report.tensor_count = scan.tensor_count
     classify_object(scan.obj, report)
-    return [(path, "torch")]
+    return [(path, FileKind.torch)]
 
 
-def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
+def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.size_bytes = _size(path)
     report.format = "demo"
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = zip_damage(archive)
-            report.vetting[str(path)] = Vetting(damaged=_damaged_text(damaged) if damaged else None)
+            report.vetting[str(path)] = Vetting(damaged=damaged_text(damaged) if damaged else None)
             members = [n for n in archive.namelist() if n.endswith(".npy")]
             keys = [n[:-4] for n in members]
             scalars = {
-                k: _npy_scalar(archive, f"{k}.npy")
+                k: npy_scalar(archive, f"{k}.npy")
                 for k in keys if k in ("step", "epoch", "global_step", "data_position", "precision", "iteration")
             }
     except zipfile.BadZipFile:
@@ -201,24 +204,24 @@ def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
         return []
     report.tensor_count = len(keys)
     classify_npz_keys(keys, scalars, report)
-    return [(path, "npz")]
+    return [(path, FileKind.npz)]
 
 
-def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
+def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.format = "safetensors"
     report.size_bytes = _size(path)
     try:
         header = read_safetensors_header(path)
     except CheckpointUnreadable as error:
         report.problem = str(error)
-        if _is_damage(str(error)):
+        if is_damage(str(error)):
             report.damaged.append(str(error))
         return []
     report.vetting[str(path)] = Vetting()
     report.tensor_count = header.tensor_count
     report.parts["model"] = Part(True, "(the whole file)", f"{header.tensor_count} tensors")
     report.notes.append("a safetensors file holds tensors only: weights, never an optimizer or progress")
-    return [(path, "safetensors")]
+    return [(path, FileKind.safetensors)]
 
 
 def _explain_reload(report: ResumeReport) -> None:
@@ -228,7 +231,7 @@ def _explain_reload(report: ResumeReport) -> None:
         report.problem = None
     refused = [f for f in reload.files if f.weights_only is False and f.ok]
     for entry in refused:
-        plain = list(dict.fromkeys(_plain_global(g) for g in entry.unsafe_globals))
+        plain = list(dict.fromkeys(plain_global(g) for g in entry.unsafe_globals))
         names = ", ".join(plain[:6]) or "non-tensor objects"
         is_hf_rng = report.format == "huggingface" and Path(entry.path).name.startswith("rng_state")
         if is_hf_rng:
