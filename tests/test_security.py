@@ -139,7 +139,7 @@ def test_the_scan_would_catch_a_shell(tmp_path):
 
 
 def test_a_deliverable_reload_command_runs_without_a_shell_and_with_a_timeout(tmp_path):
-    from cockpit.close.closing import run_reload_command
+    from cockpit.close.reloaders import run_reload_command
 
     marker = tmp_path / "shell-ran"
     ok, detail = run_reload_command(f"echo $HOME > {marker} ; touch {marker}", tmp_path, timeout=30)
@@ -427,11 +427,11 @@ def test_trust_checkpoint_loads_allowlisted_globals_and_only_with_the_flag(tmp_p
 
 
 def test_the_closing_reload_refuses_a_checkpoint_that_would_run_code_or_is_damaged(tmp_path):
-    from cockpit.close import closing
+    from cockpit.close import reloaders
 
     marker = tmp_path / "MARKER"
     evil = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
-    ok, detail = closing.reload_file(evil)
+    ok, detail = reloaders.reload_file(evil)
     assert ok is False and "would run code: posix.system" in detail and not marker.exists()
     good = torch_zip(tmp_path / "good.pt", resume_point())
     data = bytearray(good.read_bytes())
@@ -439,6 +439,6 @@ def test_the_closing_reload_refuses_a_checkpoint_that_would_run_code_or_is_damag
     data[at + 10] ^= 0xFF
     flipped = tmp_path / "flipped.pt"
     flipped.write_bytes(bytes(data))
-    ok, detail = closing.reload_file(flipped)
+    ok, detail = reloaders.reload_file(flipped)
     assert ok is False and "member archive/data/0 fails its CRC-32" in detail
-    assert closing.torch_reload_many([evil, flipped], timeout=30) == {}  # neither goes to torch
+    assert reloaders.torch_reload_many([evil, flipped], timeout=30) == {}  # neither goes to torch
