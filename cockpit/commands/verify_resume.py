@@ -153,7 +153,7 @@ def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry)
     out.append(_line("checkpoint", report.checkpoint or report.path, width))
     facts = [report.format, _bytes(report.size_bytes)]
     if report.tensor_count is not None:
-        noun = "arrays" if report.format in ("demo", "npz") else "tensors"
+        noun = "arrays" if report.format in (resume_report.CheckpointFormat.demo, resume_report.CheckpointFormat.npz) else "tensors"
         facts.append(f"{report.tensor_count} {noun}")
     out.append(_line("format", " · ".join(facts), width))
     if report.problem:
@@ -209,7 +209,7 @@ def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry)
             "and only if you trust the file"
         )
     elif not report.resume_point:
-        lacking = [p for p in ("model", "optimizer", "progress") if not report.parts[p].present]
+        lacking = [p for p in (resume_report.PartName.model, resume_report.PartName.optimizer, resume_report.PartName.progress) if not report.parts[p].present]
         verdict = f"NOT a resume point: no {', '.join(lacking)}" if lacking else "NOT a resume point"
     else:
         verdict = "NOT verified: it did not reload in a new process"

@@ -59,7 +59,7 @@ from cockpit.checkpoints import CheckpointUnreadable
 from cockpit.checkpoints.headers import npy_scalar, read_safetensors_header
 from cockpit.checkpoints.kinds import FileKind
 from cockpit.checkpoints.scan import TRUST_FLAG, Vetting, damaged_text, is_damage, plain_global, scan_torch_file, vet_file, zip_damage
-from cockpit.resume.report import CHECKPOINT_SUFFIXES, DEFAULT_TIMEOUT_S, Part, Reload, ResumeReport
+from cockpit.resume.report import CHECKPOINT_SUFFIXES, DEFAULT_TIMEOUT_S, CheckpointFormat, Part, PartName, Reload, ResumeReport
 
 
 # ---------------------------------------------------------------- the whole check
@@ -77,14 +77,14 @@ def verify_resume(
     given = str(path)
     target = Path(path)
     if not target.exists():
-        report = ResumeReport(path=given, checkpoint=None, format="unknown")
+        report = ResumeReport(path=given, checkpoint=None, format=CheckpointFormat.unknown)
         report.problem = f"no such file or folder: {given}"
         return report
     notes: list[str] = []
     if target.is_dir() and not is_hf_checkpoint(target):
         chosen, count = newest_checkpoint(target)
         if chosen is None:
-            report = ResumeReport(path=given, checkpoint=None, format="unknown")
+            report = ResumeReport(path=given, checkpoint=None, format=CheckpointFormat.unknown)
             report.problem = (
                 f"no checkpoint in {given}: looked for checkpoint-N/ folders and "
                 + ", ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + " files"
@@ -94,7 +94,7 @@ def verify_resume(
             notes.append(f"the newest of {count} checkpoints in {given}: {chosen.name}")
         target = chosen
     before = _fingerprint(target)
-    report = ResumeReport(path=given, checkpoint=str(target), format="unknown", trusted=trust)
+    report = ResumeReport(path=given, checkpoint=str(target), format=CheckpointFormat.unknown, trusted=trust)
     report.notes.extend(notes)
     if target.is_dir():
         files = classify_hf_folder(target, report)
@@ -122,7 +122,7 @@ def verify_resume(
         _explain_reload(report)
     elif reload:
         report.reload = Reload(tried=False, error=report.problem or "nothing here to reload")
-    if report.reload.ok and report.reload.tensor_count is not None and report.format != "huggingface":
+    if report.reload.ok and report.reload.tensor_count is not None and report.format != CheckpointFormat.huggingface:
         report.tensor_count = report.reload.tensor_count
     told = any(f.unsafe_globals for f in report.reload.files)
     if report.foreign_globals and not told and not report.reload.ok:
@@ -166,7 +166,7 @@ def _size(path: Path) -> int | None:
 
 def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.size_bytes = _size(path)
-    report.format = "pytorch" if path.suffix != ".ckpt" else "lightning"
+    report.format = CheckpointFormat.pytorch if path.suffix != ".ckpt" else CheckpointFormat.lightning
     try:
         scan = scan_torch_file(path)
     except CheckpointUnreadable as error:
@@ -185,7 +185,7 @@ def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, FileKin
 
 def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.size_bytes = _size(path)
-    report.format = "demo"
+    report.format = CheckpointFormat.demo
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = zip_damage(archive)
@@ -208,7 +208,7 @@ def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]
 
 
 def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
-    report.format = "safetensors"
+    report.format = CheckpointFormat.safetensors
     report.size_bytes = _size(path)
     try:
         header = read_safetensors_header(path)
@@ -219,7 +219,7 @@ def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, F
         return []
     report.vetting[str(path)] = Vetting()
     report.tensor_count = header.tensor_count
-    report.parts["model"] = Part(True, "(the whole file)", f"{header.tensor_count} tensors")
+    report.parts[PartName.model] = Part(True, "(the whole file)", f"{header.tensor_count} tensors")
     report.notes.append("a safetensors file holds tensors only: weights, never an optimizer or progress")
     return [(path, FileKind.safetensors)]
 
@@ -233,7 +233,7 @@ def _explain_reload(report: ResumeReport) -> None:
     for entry in refused:
         plain = list(dict.fromkeys(plain_global(g) for g in entry.unsafe_globals))
         names = ", ".join(plain[:6]) or "non-tensor objects"
-        is_hf_rng = report.format == "huggingface" and Path(entry.path).name.startswith("rng_state")
+        is_hf_rng = report.format == CheckpointFormat.huggingface and Path(entry.path).name.startswith("rng_state")
         if is_hf_rng:
             report.notes.append(
                 f"{Path(entry.path).name} holds numpy RNG state ({names}): plain torch.load(weights_only=True) "
