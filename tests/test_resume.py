@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import pickle
+import shlex
 import shutil
 import struct
 import subprocess
@@ -199,6 +200,18 @@ def test_save_time_comes_from_the_runs_checkpoint_events(tmp_path):
 
 
 # ---------------------------------------------------------------- reading files without torch
+
+
+def test_the_reload_runs_under_an_interpreter_without_the_cockpit_installed(tmp_path):
+    """--python names the training environment's interpreter, where cockpit is not installed: the
+    child (`-m cockpit.resume.reload_child`) still starts, and sees none of the cockpit's packages."""
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')  # -S: no site-packages
+    bare.chmod(0o755)
+    path = write_safetensors(tmp_path / "m.safetensors", {"a": [1.0, 2.0], "b": [3.0]})
+    report = resume.verify_resume(path, python=str(bare))
+    assert report.reload.ok, report.reload.error
+    assert report.reload.files[0].reader == "by hand (header checked, every byte read)"
 
 
 def test_safetensors_header_is_read_by_hand(tmp_path):

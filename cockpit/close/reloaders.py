@@ -228,24 +228,9 @@ def _reload_zip(path: Path, timeout: float) -> tuple[bool | None, str]:
     return (False, problem) if problem else (True, "zip archive reads back (CRC checked)")
 
 
-_TORCH_SCRIPT = """
-import json, sys, time
-try:
-    import torch
-except Exception as error:
-    print(json.dumps({"fatal": f"{type(error).__name__}: {error}"}), flush=True)
-    sys.exit(3)
-for path in sys.argv[1:]:
-    started = time.monotonic()
-    try:
-        torch.load(path, map_location="cpu", weights_only=True)
-        result = {"path": path, "ok": True}
-    except Exception as error:
-        lines = str(error).strip().splitlines()
-        result = {"path": path, "ok": False, "error": f"{type(error).__name__}: {lines[0] if lines else ''}"}
-    result["seconds"] = round(time.monotonic() - started, 3)
-    print(json.dumps(result), flush=True)
-"""
+# -P: the deliverable's folder (the child's working folder) is not put on sys.path, so a file
+# there named like a module (torch.py) is never imported in its place.
+_TORCH_CHILD = ("-P", "-m", "cockpit.close.torch_child")
 
 
 Preloaded = Mapping[str, tuple[bool | None, str]]
@@ -259,7 +244,7 @@ def torch_reload_many(paths: Sequence[Path], timeout: float) -> dict[str, tuple[
     paths = [p for p in paths if _torch_refusal(Path(p)) is None]  # never hand torch a damaged or code-running file
     if not paths:
         return {}
-    outcome = run_command([sys.executable, "-c", _TORCH_SCRIPT, *map(str, paths)], cwd=Path(paths[0]).parent, timeout=timeout)
+    outcome = run_command([sys.executable, *_TORCH_CHILD, *map(str, paths)], cwd=Path(paths[0]).parent, timeout=timeout)
     results: dict[str, tuple[bool | None, str]] = {}
     for line in outcome.stdout.splitlines():
         try:
