@@ -14,17 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.close.closing import (
-    TEMP_ROOTS_ENV,
-    TempFolders,
-    close_campaign,
-    cost_per_accepted,
-    evaluate,
-    missing_ids,
-    read_ids,
-    safetensors_problem,
-    temp_roots_from_env,
-)
+from cockpit.close.closing import close_campaign, evaluate
+from cockpit.close.ids import missing_ids, read_ids
+from cockpit.close.figures import cost_per_accepted
+from cockpit.close.reloaders import safetensors_problem
+from cockpit.close.temp_folders import TEMP_ROOTS_ENV, TempFolders, temp_roots_from_env
 from cockpit.plan.load import load_campaign
 from cockpit.record import decisions
 from cockpit.record.runlog import RunLog

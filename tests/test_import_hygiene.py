@@ -41,3 +41,29 @@ def test_the_import_contracts_hold():
     result = subprocess.run([str(lint), "--no-cache"], capture_output=True, text=True, cwd=CORE.parent)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout
+
+
+def test_the_reload_child_imports_nothing_heavy_and_parses_as_older_python(tmp_path):
+    """verify-resume's child (`python -m cockpit.resume.reload_child`) runs under the training
+    environment's interpreter, where the cockpit's dependencies are absent and Python may be older:
+    it imports the standard library and cockpit.checkpoints.headers, nothing else of the cockpit."""
+    import ast
+    import json
+    import struct
+
+    for relative in ("resume/reload_child.py", "checkpoints/__init__.py", "checkpoints/headers.py"):
+        ast.parse((CORE / relative).read_text(encoding="utf-8"), feature_version=(3, 8))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 8)
+    script = (
+        "import json, sys\n"
+        "from cockpit.resume import reload_child\n"
+        f"reload_child.main([json.dumps([{{'path': {str(weights)!r}, 'kind': 'safetensors'}}])])\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('cockpit', 'pydantic', 'psutil', 'orjson', 'textual'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=CORE.parent)
+    assert result.returncode == 0, result.stderr
+    answer, loaded = result.stdout.strip().splitlines()[-2:]
+    assert '"ok": true' in answer and '"tensor_count": 1' in answer
+    assert loaded == "['cockpit', 'cockpit.checkpoints', 'cockpit.checkpoints.headers', 'cockpit.resume', 'cockpit.resume.reload_child']"

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import pickle
+import shlex
 import shutil
 import struct
 import subprocess
@@ -23,7 +24,8 @@ import pytest
 from cockpit.cli import UsageError
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
-from cockpit.resume import scan as resume_scan
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints import scan as resume_scan
 from cockpit.resume import report as resume_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,17 +202,29 @@ def test_save_time_comes_from_the_runs_checkpoint_events(tmp_path):
 # ---------------------------------------------------------------- reading files without torch
 
 
+def test_the_reload_runs_under_an_interpreter_without_the_cockpit_installed(tmp_path):
+    """--python names the training environment's interpreter, where cockpit is not installed: the
+    child (`-m cockpit.resume.reload_child`) still starts, and sees none of the cockpit's packages."""
+    bare = tmp_path / "bare-python"
+    bare.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')  # -S: no site-packages
+    bare.chmod(0o755)
+    path = write_safetensors(tmp_path / "m.safetensors", {"a": [1.0, 2.0], "b": [3.0]})
+    report = resume.verify_resume(path, python=str(bare))
+    assert report.reload.ok, report.reload.error
+    assert report.reload.files[0].reader == "by hand (header checked, every byte read)"
+
+
 def test_safetensors_header_is_read_by_hand(tmp_path):
     path = write_safetensors(tmp_path / "m.safetensors", {"a": [1.0, 2.0], "b": [3.0]})
     header = resume_scan.read_safetensors_header(path)
     assert (header.tensor_count, header.data_bytes, header.metadata) == (2, 12, {"format": "pt"})
     cut = tmp_path / "cut.safetensors"
     cut.write_bytes(path.read_bytes()[:-4])
-    with pytest.raises(resume_report.CheckpointUnreadable, match="truncated"):
+    with pytest.raises(CheckpointUnreadable, match="truncated"):
         resume_scan.read_safetensors_header(cut)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(struct.pack("<Q", 5) + b"{oops")
-    with pytest.raises(resume_report.CheckpointUnreadable, match="not JSON"):
+    with pytest.raises(CheckpointUnreadable, match="not JSON"):
         resume_scan.read_safetensors_header(junk)
 
 

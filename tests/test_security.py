@@ -139,7 +139,7 @@ def test_the_scan_would_catch_a_shell(tmp_path):
 
 
 def test_a_deliverable_reload_command_runs_without_a_shell_and_with_a_timeout(tmp_path):
-    from cockpit.close.closing import run_reload_command
+    from cockpit.close.reloaders import run_reload_command
 
     marker = tmp_path / "shell-ran"
     ok, detail = run_reload_command(f"echo $HOME > {marker} ; touch {marker}", tmp_path, timeout=30)
@@ -332,7 +332,7 @@ def resume_point(**extra) -> dict:
 
 
 def test_the_globals_scan_walks_opcodes_and_runs_nothing(tmp_path):
-    from cockpit.resume import scan as resume_scan
+    from cockpit.checkpoints import scan as resume_scan
 
     marker = tmp_path / "MARKER"
     for protocol in (0, 2, 4, 5):
@@ -357,7 +357,7 @@ def test_the_legacy_torch_format_is_vetted_pickle_by_pickle(tmp_path):
     """torch's pre-1.6 format: five pickles back to back (magic, protocol, system info, the object,
     the storage keys), then raw bytes; code hidden in the last one is found too."""
     from cockpit.resume import verify as resume
-    from cockpit.resume import scan as resume_scan
+    from cockpit.checkpoints import scan as resume_scan
 
     marker = tmp_path / "MARKER"
     path = tmp_path / "old.pt"
@@ -399,7 +399,7 @@ def test_verify_resume_never_runs_the_code_in_a_checkpoint(tmp_path, fake_torch,
 
 def test_the_reload_child_admits_only_the_vetted_globals(tmp_path, fake_torch):
     """Even were the vetting wrong, the unpickler in the fresh process resolves no other global."""
-    from cockpit.resume import scan as resume_scan
+    from cockpit.checkpoints import scan as resume_scan
     from cockpit.resume import reload as resume_reload
 
     marker = tmp_path / "MARKER"
@@ -427,11 +427,11 @@ def test_trust_checkpoint_loads_allowlisted_globals_and_only_with_the_flag(tmp_p
 
 
 def test_the_closing_reload_refuses_a_checkpoint_that_would_run_code_or_is_damaged(tmp_path):
-    from cockpit.close import closing
+    from cockpit.close import reloaders
 
     marker = tmp_path / "MARKER"
     evil = torch_zip(tmp_path / "evil.pt", resume_point(evil=Payload(marker)))
-    ok, detail = closing.reload_file(evil)
+    ok, detail = reloaders.reload_file(evil)
     assert ok is False and "would run code: posix.system" in detail and not marker.exists()
     good = torch_zip(tmp_path / "good.pt", resume_point())
     data = bytearray(good.read_bytes())
@@ -439,6 +439,6 @@ def test_the_closing_reload_refuses_a_checkpoint_that_would_run_code_or_is_damag
     data[at + 10] ^= 0xFF
     flipped = tmp_path / "flipped.pt"
     flipped.write_bytes(bytes(data))
-    ok, detail = closing.reload_file(flipped)
+    ok, detail = reloaders.reload_file(flipped)
     assert ok is False and "member archive/data/0 fails its CRC-32" in detail
-    assert closing.torch_reload_many([evil, flipped], timeout=30) == {}  # neither goes to torch
+    assert reloaders.torch_reload_many([evil, flipped], timeout=30) == {}  # neither goes to torch

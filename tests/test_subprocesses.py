@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.close.closing import run_command, run_reload_command
+from cockpit.close.reloaders import run_command, run_reload_command
 from tests.conftest import ROOT
 
 SHELL_SETSID = "/usr/bin/setsid"
@@ -82,7 +82,7 @@ def test_output_is_kept_bounded_however_much_the_command_prints(tmp_path):
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1])
         sys.path.insert(0, {str(ROOT)!r})
-        from cockpit.close.closing import run_command
+        from cockpit.close.reloaders import run_command
         printer = "import sys\\nchunk = b'y' * (1 << 20)\\nfor _ in range(512):\\n    sys.stdout.buffer.write(chunk)\\nsys.stderr.write('e' * 100000 + 'the end')\\nsys.exit(3)\\n"
         outcome = run_command([sys.executable, "-c", printer], cwd=Path("."), timeout=120)
         print(json.dumps({{"status": outcome.status, "code": outcome.returncode, "tail": outcome.tail[-7:],

@@ -13,9 +13,9 @@ from pathlib import Path
 from cockpit.common.text import escape_control, json_safe
 from cockpit.common.times import iso, utc_minute, utc_now
 from cockpit.errors import Finding, UsageError
+from cockpit.checkpoints.scan import TRUST_FLAG
 from cockpit.live import cadence
 from cockpit.resume import verify as resume
-from cockpit.resume import scan as resume_scan
 from cockpit.resume import report as resume_report
 
 
@@ -153,7 +153,7 @@ def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry)
     out.append(_line("checkpoint", report.checkpoint or report.path, width))
     facts = [report.format, _bytes(report.size_bytes)]
     if report.tensor_count is not None:
-        noun = "arrays" if report.format in ("demo", "npz") else "tensors"
+        noun = "arrays" if report.format in (resume_report.CheckpointFormat.demo, resume_report.CheckpointFormat.npz) else "tensors"
         facts.append(f"{report.tensor_count} {noun}")
     out.append(_line("format", " · ".join(facts), width))
     if report.problem:
@@ -201,15 +201,15 @@ def _print_text(report: resume_report.ResumeReport, advice, recorded, run_entry)
     elif report.would_run_code:
         verdict = (
             f"NOT verified: it would run code ({', '.join(report.would_run_code[:6])}) when unpickled, so it "
-            f"was not loaded, not even with {resume_scan.TRUST_FLAG}"
+            f"was not loaded, not even with {TRUST_FLAG}"
         )
     elif report.needs_trust:
         verdict = (
-            f"NOT verified: it needs {resume_scan.TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
+            f"NOT verified: it needs {TRUST_FLAG} to load ({', '.join(report.needs_trust[:6])}), "
             "and only if you trust the file"
         )
     elif not report.resume_point:
-        lacking = [p for p in ("model", "optimizer", "progress") if not report.parts[p].present]
+        lacking = [p for p in (resume_report.PartName.model, resume_report.PartName.optimizer, resume_report.PartName.progress) if not report.parts[p].present]
         verdict = f"NOT a resume point: no {', '.join(lacking)}" if lacking else "NOT a resume point"
     else:
         verdict = "NOT verified: it did not reload in a new process"

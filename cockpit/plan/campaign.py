@@ -97,7 +97,7 @@ _FIX_VERBS = ("add", "write", "remove", "check", "give", "create", "save", "make
 
 
 @dataclass(frozen=True)
-class Finding:
+class CampaignFinding:
     """One thing wrong with a campaign file, ready to print."""
 
     file: str
@@ -136,7 +136,7 @@ class Finding:
 class CampaignError(Exception):
     """The campaign cannot be used as it is; `findings` says every reason."""
 
-    def __init__(self, findings: list[Finding]):
+    def __init__(self, findings: list[CampaignFinding]):
         self.findings = findings
         super().__init__("\n".join(str(f) for f in findings))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cockpit.plan.campaign import CAMPAIGN_FILE, Campaign, CampaignError, Finding
+from cockpit.plan.campaign import CAMPAIGN_FILE, Campaign, CampaignError, CampaignFinding
 from cockpit.plan.schema import validate_text
 
 
@@ -23,16 +23,16 @@ def load_campaign(directory: str | Path) -> Campaign:
         directory, file = path, path / CAMPAIGN_FILE
     label = str(file)
     if not directory.exists():
-        raise CampaignError([Finding(str(directory), "", "no such folder; give the folder that holds campaign.toml")])
+        raise CampaignError([CampaignFinding(str(directory), "", "no such folder; give the folder that holds campaign.toml")])
     if not file.is_file():
-        raise CampaignError([Finding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (`cockpit init DIR` writes one, docs/campaign-file.md describes it) or give the folder that holds it")])
+        raise CampaignError([CampaignFinding(label, "", f"no campaign file here; create {CAMPAIGN_FILE} (`cockpit init DIR` writes one, docs/campaign-file.md describes it) or give the folder that holds it")])
     try:
         data = file.read_bytes()
     except OSError as error:
-        raise CampaignError([Finding(label, "", f"cannot be read: {error.strerror}")]) from None
+        raise CampaignError([CampaignFinding(label, "", f"cannot be read: {error.strerror}")]) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
-        raise CampaignError([Finding(label, "", "is not UTF-8 text; save it as UTF-8", line)]) from None
+        raise CampaignError([CampaignFinding(label, "", "is not UTF-8 text; save it as UTF-8", line)]) from None
     return read_campaign_text(text, directory.resolve(), label)

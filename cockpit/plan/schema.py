@@ -24,8 +24,8 @@ from cockpit.plan.campaign import (
     SCHEMA,
     Campaign,
     CampaignError,
+    CampaignFinding,
     CampaignModel,
-    Finding,
     Role,
     _shown,
 )
@@ -323,7 +323,7 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
     try:
         raw = tomllib.loads(text)
     except RecursionError:
-        raise CampaignError([Finding(file_label, "", "not valid for a campaign: arrays or tables nested too deep to read")]) from None
+        raise CampaignError([CampaignFinding(file_label, "", "not valid for a campaign: arrays or tables nested too deep to read")]) from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         match = re.search(r"\(at line (\d+), column (\d+)\)", message)
@@ -331,16 +331,16 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
         if match:
             detail += f" at column {match.group(2)}"
-        raise CampaignError([Finding(file_label, "", f"not valid TOML: {detail}", line)]) from None
+        raise CampaignError([CampaignFinding(file_label, "", f"not valid TOML: {detail}", line)]) from None
 
     locator = _Locator(text)
-    findings: list[Finding] = []
+    findings: list[CampaignFinding] = []
 
     def add(table: str, index: int | None, key: str | None, message: str) -> None:
         where = _place(raw, table, index)
         if key:
             where = f"{where} → {key}" if where else key
-        findings.append(Finding(
+        findings.append(CampaignFinding(
             file_label, where, message, locator.line(table, index or 0, key.split(".")[0] if key else None),
             table=table or None, item=_item(raw, table, index), key=key,
         ))
@@ -348,7 +348,7 @@ def validate_text(text: str, directory: Path, file_label: str = CAMPAIGN_FILE) -
     try:
         model = _adapter().validate_python(raw)
     except RecursionError:
-        raise CampaignError([Finding(file_label, "", "not valid for a campaign: values nested too deep to read")]) from None
+        raise CampaignError([CampaignFinding(file_label, "", "not valid for a campaign: values nested too deep to read")]) from None
     except pydantic.ValidationError as error:
         for problem in error.errors(include_url=False):
             table, index, key, message = _describe(problem, raw)

@@ -1,201 +1,35 @@
-"""The reload in a fresh process: the checkpoint loaded by a child interpreter, bounded in time."""
+"""The reload in a fresh process: the checkpoint loaded by a child interpreter (the program in
+reload_child.py), CPU only, niced, bounded in time and in the output kept."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
 
-from cockpit.resume.report import DEFAULT_TIMEOUT_S, FileReload, Reload, _RESULT_MARK
-from cockpit.resume.scan import TRUST_FLAG, Vetting, _plain_global, allowlisted_global, needs_trust_message, numpy_array_global, vet_file, would_run_code_message
+import cockpit
+from cockpit.checkpoints.kinds import FileKind
+from cockpit.checkpoints.scan import TRUST_FLAG, Vetting, allowlisted_global, needs_trust_message, numpy_array_global, plain_global, vet_file, would_run_code_message
+from cockpit.common.subprocesses import run_bounded
+from cockpit.resume.reload_child import RESULT_MARK
+from cockpit.resume.report import DEFAULT_TIMEOUT_S, FileReload, Reload
 
+_PACKAGE = os.path.dirname(os.path.abspath(cockpit.__file__))
+_CHILD = "cockpit.resume.reload_child"
+ANSWER_BYTES = 4 << 20  # the end of the child's output kept: its answer is the last line, a few hundred bytes a file
 
-# ---------------------------------------------------------------- the reload in a fresh process
-
-_RELOAD_SCRIPT = r"""
-import json, os, struct, sys, time, zipfile
-jobs = json.loads(sys.argv[1])
-try:
-    os.nice(10)
-except Exception:
-    pass
-out = {"torch": None, "torch_error": None, "results": []}
-torch = None
-if any(j["kind"] == "torch" for j in jobs):
-    try:
-        import torch
-        out["torch"] = torch.__version__
-    except Exception as e:
-        out["torch_error"] = type(e).__name__ + ": " + str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-
-def short(e):
-    text = str(e).strip()
-    line = text.splitlines()[0] if text else ""
-    for l in text.splitlines():
-        if "WeightsUnpickler error:" in l:
-            cause = l.split("WeightsUnpickler error:", 1)[1].strip()
-            line = cause or "the object record inside does not parse"
-            break
-    line = line.split(". ")[0][:300]
-    return type(e).__name__ + (": " + line if line else "")
-
-def count_tensors(obj):
-    n, stack, seen = 0, [obj], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if torch is not None and torch.is_tensor(x):
-            n += 1
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-        elif isinstance(x, (list, tuple, set)):
-            stack.extend(x)
-        elif hasattr(x, "__dict__") and not isinstance(x, type):
-            stack.extend(vars(x).values())  # a pickled module or optimizer object
-    return n
-
-def load_safetensors_by_hand(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        header.pop("__metadata__", None)
-        size = 0
-        while True:  # read every byte, in chunks: the memory stays flat whatever the file's size
-            chunk = f.read(1 << 24)
-            if not chunk:
-                break
-            size += len(chunk)
-    for name, e in header.items():
-        a, b = e["data_offsets"]
-        if not (0 <= a <= b <= size):
-            raise ValueError("tensor %r lies past the end of the data" % name)
-    return len(header)
-
-def allowlist_pickle(admit):
-    # a pickle module whose Unpickler resolves only the globals the cockpit vetted in the file
-    import pickle as std, types
-    admit = set(admit)
-
-    class Unpickler(std.Unpickler):
-        def find_class(self, module, name):
-            full = module + "." + name
-            if full not in admit and not (module == "torch._tensor" and "torch.tensor." + name in admit):
-                raise std.UnpicklingError("would run code: " + full + " is not in the allowlist")
-            return super().find_class(module, name)
-
-    module = types.ModuleType("cockpit_allowlist_pickle")
-    module.Unpickler = Unpickler
-    module.UnpicklingError = std.UnpicklingError
-    module.load = lambda f, **kw: Unpickler(f, **kw).load()
-    return module
-
-def resolve(names):
-    import importlib
-    found = []
-    for full in names:
-        module, _, attr = full.rpartition(".")
-        try:
-            found.append(getattr(importlib.import_module(module), attr))
-        except Exception:
-            pass
-    return found
-
-def refused(e):
-    text = str(e)
-    return "Unsupported global" in text or "Weights only load failed" in text
-
-for job in jobs:
-    path, kind = job["path"], job["kind"]
-    r = {"path": path, "ok": False}
-    try:
-        if kind == "torch":
-            if torch is None:
-                r["error"] = "torch is not installed"
-            else:
-                mmap = job.get("mmap", False)
-                t = time.perf_counter()
-                try:
-                    numpy_names = job.get("numpy_safe") or []
-                    safe_globals = getattr(getattr(torch, "serialization", None), "safe_globals", None)
-                    if numpy_names and safe_globals is not None:
-                        # what the Hugging Face Trainer does for its rng_state files: numpy's arrays only
-                        with safe_globals(resolve(numpy_names)):
-                            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-                    else:
-                        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-                    r.update(ok=True, weights_only=True, seconds=time.perf_counter() - t, tensor_count=count_tensors(obj))
-                except Exception as e:
-                    r["weights_only_error"] = short(e)
-                    if not refused(e):
-                        r["error"] = short(e)
-                    elif not job.get("trust"):
-                        r["refused"] = True  # never retried without --trust-checkpoint
-                        r["error"] = short(e)
-                    else:
-                        r["refused"] = r["retried"] = True
-                        t = time.perf_counter()
-                        try:
-                            obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap,
-                                             pickle_module=allowlist_pickle(job.get("admit") or []))
-                            r.update(ok=True, weights_only=False, seconds=time.perf_counter() - t, tensor_count=count_tensors(obj))
-                        except Exception as e2:
-                            r["error"] = short(e2)
-                obj = None
-        elif kind == "npz":
-            try:
-                import numpy
-            except Exception:
-                numpy = None
-            t = time.perf_counter()
-            if numpy is not None:
-                with numpy.load(path, allow_pickle=False) as z:
-                    count = 0
-                    for key in z.files:
-                        z[key]
-                        count += 1
-                r["reader"] = "numpy " + numpy.__version__
-            else:
-                with zipfile.ZipFile(path) as z:
-                    count = 0
-                    for name in z.namelist():
-                        with z.open(name) as m:
-                            while m.read(1 << 20):
-                                pass
-                        count += 1
-                r["reader"] = "zipfile (numpy is not installed: every array read and CRC-checked)"
-            r.update(ok=True, seconds=time.perf_counter() - t, tensor_count=count)
-        elif kind == "safetensors":
-            t = time.perf_counter()
-            reader = None
-            if torch is not None:
-                try:
-                    from safetensors.torch import load_file
-                    r["tensor_count"] = len(load_file(path, device="cpu"))
-                    reader = "safetensors"
-                except ImportError:
-                    pass
-            if reader is None:
-                r["tensor_count"] = load_safetensors_by_hand(path)
-                reader = "by hand (header checked, every byte read)"
-            r.update(ok=True, seconds=time.perf_counter() - t, reader=reader)
-    except Exception as e:
-        r["error"] = short(e)
-    out["results"].append(r)
-sys.stdout.write("\n@@cockpit-reload@@" + json.dumps(out) + "\n")
-"""
 
 
 def reload_in_new_process(
-    files: list[tuple[Path, str]], python: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
+    files: list[tuple[Path, FileKind]], python: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, *,
     trust: bool = False, vetting: dict[str, Vetting] | None = None,
 ) -> Reload:
-    """Load each file in a fresh interpreter (CPU only, niced) and time the loads.
+    """Load each file in a fresh interpreter (CPU only, niced, ended with all it started when
+    `timeout` runs out) and time the loads.
 
     A torch file is first loaded with weights_only=True; only with `trust` is one that torch refuses
     loaded again, by an unpickler that admits nothing but the globals vetted in the file. A file
@@ -209,15 +43,15 @@ def reload_in_new_process(
     jobs = []
     kept: list[FileReload] = []  # refused here, before any process
     for path, kind in files:
-        vet = vetting.get(str(path)) or (vet_file(path, kind) if kind == "torch" else Vetting())
-        if kind == "torch" and vet.would_run_code:
+        vet = vetting.get(str(path)) or (vet_file(path, kind) if kind == FileKind.torch else Vetting())
+        if kind == FileKind.torch and vet.would_run_code:
             kept.append(FileReload(
                 path=str(path), ok=False, error=would_run_code_message(vet.would_run_code),
                 unsafe_globals=vet.would_run_code, would_run_code=vet.would_run_code,
             ))
             continue
-        job = {"path": str(path), "kind": kind, "mmap": kind == "torch" and _needs_mmap(path)}
-        if kind == "torch":
+        job = {"path": str(path), "kind": str(kind), "mmap": kind == FileKind.torch and _needs_mmap(path)}
+        if kind == FileKind.torch:
             job.update(trust=trust, admit=[g for g in vet.globals if allowlisted_global(g)], needs_trust=vet.needs_trust)
             if Path(path).name.startswith("rng_state") and vet.needs_trust and all(numpy_array_global(g) for g in vet.needs_trust):
                 job["numpy_safe"] = vet.needs_trust
@@ -227,32 +61,39 @@ def reload_in_new_process(
     env = dict(os.environ)
     env.update({"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     started = time.perf_counter()
-    try:
-        completed = subprocess.run(
-            [python, "-c", _RELOAD_SCRIPT, json.dumps(jobs)],
-            capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-        )
-    except subprocess.TimeoutExpired:
-        result.process_seconds = time.perf_counter() - started
-        result.files = kept
+    with tempfile.TemporaryDirectory(prefix="cockpit-reload-") as home:
+        # The child is `python -m cockpit.resume.reload_child` under any interpreter (the training
+        # environment's with --python, where cockpit is not installed): it finds the cockpit package
+        # through a folder that holds only a link to it, never the cockpit's own site-packages,
+        # whose numpy or torch would shadow the training environment's.
+        os.symlink(_PACKAGE, os.path.join(home, "cockpit"))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (home, os.environ.get("PYTHONPATH", "")) if p)
+        try:
+            finished = run_bounded(
+                [python, "-m", _CHILD, json.dumps(jobs)], cwd=Path.cwd(), timeout=timeout, env=env,
+                tail=ANSWER_BYTES,
+            )
+        except OSError as error:
+            result.files = kept
+            result.error = f"cannot start {python}: {error.strerror or error}"
+            return result
+    result.process_seconds = time.perf_counter() - started
+    result.files = kept
+    if finished.timed_out:
         result.error = f"the reload did not finish within {timeout:g} s (stopped); a larger timeout or a faster disk is needed"
         return result
-    except OSError as error:
-        result.files = kept
-        result.error = f"cannot start {python}: {error.strerror or error}"
-        return result
-    result.process_seconds = time.perf_counter() - started
-    marker = completed.stdout.rfind(_RESULT_MARK)
-    result.files = kept
+    stdout = bytes(finished.stdout.tail).decode("utf-8", "replace")
+    marker = stdout.rfind(RESULT_MARK)
     if marker < 0:
-        if completed.returncode < 0:
-            result.error = f"the reload process was killed by signal {-completed.returncode} (out of memory is the usual cause)"
+        if finished.returncode is not None and finished.returncode < 0:
+            result.error = f"the reload process was killed by signal {-finished.returncode} (out of memory is the usual cause)"
         else:
-            tail = (completed.stderr or completed.stdout).strip().splitlines()
-            result.error = f"the reload process failed (exit {completed.returncode})" + (f": {tail[-1][:300]}" if tail else "")
+            stderr = bytes(finished.stderr.tail).decode("utf-8", "replace")
+            tail = (stderr or stdout).strip().splitlines()
+            result.error = f"the reload process failed (exit {finished.returncode})" + (f": {tail[-1][:300]}" if tail else "")
         return result
     try:
-        payload = json.loads(completed.stdout[marker + len(_RESULT_MARK):].strip().splitlines()[0])
+        payload = json.loads(stdout[marker + len(RESULT_MARK):].strip().splitlines()[0])
     except (ValueError, IndexError):
         result.error = "the reload process gave an unreadable answer"
         return result
@@ -271,7 +112,7 @@ def reload_in_new_process(
             entry.needs_trust = True
             entry.error = needs_trust_message(entry.unsafe_globals)
         elif raw.get("retried") and not entry.ok:
-            named = ", ".join(dict.fromkeys(_plain_global(g) for g in entry.unsafe_globals[:6])) or "objects beyond tensors"
+            named = ", ".join(dict.fromkeys(plain_global(g) for g in entry.unsafe_globals[:6])) or "objects beyond tensors"
             entry.error = (
                 f"torch.load(weights_only=True) refuses it (it holds {named}), and loaded with only those "
                 f"globals admitted ({TRUST_FLAG}) it fails too: {entry.error}"
@@ -286,7 +127,7 @@ def reload_in_new_process(
     return _gather(result, kept, files)
 
 
-def _gather(result: Reload, entries: list[FileReload], files: list[tuple[Path, str]]) -> Reload:
+def _gather(result: Reload, entries: list[FileReload], files: list[tuple[Path, FileKind]]) -> Reload:
     order = {str(path): index for index, (path, _kind) in enumerate(files)}
     result.files = sorted(entries, key=lambda f: order.get(f.path, len(order)))
     total, tensors, all_weights_only = 0.0, 0, True

@@ -3,37 +3,57 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cockpit.resume.scan import Vetting
+    from cockpit.checkpoints.scan import Vetting
 
 
-PARTS = ("model", "optimizer", "progress", "scheduler", "scaler", "rng", "data_position")
+class PartName(StrEnum):
+    """The parts of a resumable checkpoint, in the order the report lists them."""
+
+    model = "model"
+    optimizer = "optimizer"
+    progress = "progress"
+    scheduler = "scheduler"
+    scaler = "scaler"
+    rng = "rng"
+    data_position = "data_position"
+
+
+class CheckpointFormat(StrEnum):
+    """What a checkpoint was read as (the report's `format`)."""
+
+    unknown = "unknown"
+    pytorch = "pytorch"
+    lightning = "lightning"
+    huggingface = "huggingface"
+    safetensors = "safetensors"
+    demo = "demo"  # the demo trainer's npz (see cockpit/resume/verify.py)
+    npz = "npz"
+
+
+PARTS = tuple(PartName)
 
 COSTS = {
-    "model": "model missing: nothing to resume from; the run starts again from its initial weights",
-    "optimizer": "optimizer missing: momentum and Adam's moments restart from zero, the loss jumps and "
+    PartName.model: "model missing: nothing to resume from; the run starts again from its initial weights",
+    PartName.optimizer: "optimizer missing: momentum and Adam's moments restart from zero, the loss jumps and "
     "the continuation is a different run (no resume point)",
-    "progress": "progress missing: the step and epoch are unknown, so the schedule, the logs and the "
+    PartName.progress: "progress missing: the step and epoch are unknown, so the schedule, the logs and the "
     "stop at total_steps start again from 0 (no resume point)",
-    "scheduler": "scheduler missing: the learning-rate schedule restarts from its first step "
+    PartName.scheduler: "scheduler missing: the learning-rate schedule restarts from its first step "
     "(warm-up again, decay from the top)",
-    "scaler": "scaler missing: mixed-precision loss scaling restarts from its initial scale "
+    PartName.scaler: "scaler missing: mixed-precision loss scaling restarts from its initial scale "
     "(only matters with fp16: a few skipped steps while it settles)",
-    "rng": "RNG missing: dropout, augmentation and shuffling draw new random numbers; the resumed run "
+    PartName.rng: "RNG missing: dropout, augmentation and shuffling draw new random numbers; the resumed run "
     "is not the one that stopped, bit for bit",
-    "data_position": "data position missing: the epoch's data order starts again from its beginning, "
+    PartName.data_position: "data position missing: the epoch's data order starts again from its beginning, "
     "so this epoch sees some samples twice and skips others",
 }
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".npz", ".safetensors", ".tar")
 DEFAULT_TIMEOUT_S = 600.0
-_RESULT_MARK = "@@cockpit-reload@@"
-
-
-class CheckpointUnreadable(Exception):
-    """The file cannot be read as a checkpoint; the message is the plain cause."""
 
 
 # ---------------------------------------------------------------- the report
@@ -98,9 +118,9 @@ class Reload:
 class ResumeReport:
     path: str  # as given
     checkpoint: str | None  # what was checked (the newest one when PATH is a folder of them)
-    format: str
-    parts: dict[str, Part] = field(default_factory=lambda: {p: Part(False) for p in PARTS})
-    not_needed: dict[str, str] = field(default_factory=dict)  # part → why its absence costs nothing
+    format: CheckpointFormat
+    parts: dict[PartName, Part] = field(default_factory=lambda: {p: Part(False) for p in PARTS})
+    not_needed: dict[PartName, str] = field(default_factory=dict)  # part → why its absence costs nothing
     size_bytes: int | None = None
     tensor_count: int | None = None
     reload: Reload = field(default_factory=Reload)
@@ -133,7 +153,7 @@ class ResumeReport:
 
     @property
     def resume_point(self) -> bool:
-        return not self.damaged and all(self.parts[p].present for p in ("model", "optimizer", "progress"))
+        return not self.damaged and all(self.parts[p].present for p in (PartName.model, PartName.optimizer, PartName.progress))
 
     @property
     def reload_ok(self) -> bool:

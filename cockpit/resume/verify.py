@@ -55,8 +55,11 @@ from typing import Any
 
 from cockpit.resume.classify import classify_hf_folder, classify_npz_keys, classify_object, is_hf_checkpoint, newest_checkpoint
 from cockpit.resume.reload import reload_in_new_process
-from cockpit.resume.report import CHECKPOINT_SUFFIXES, CheckpointUnreadable, DEFAULT_TIMEOUT_S, Part, Reload, ResumeReport
-from cockpit.resume.scan import TRUST_FLAG, Vetting, _plain_global, _is_damage, _damaged_text, _npy_scalar, read_safetensors_header, scan_torch_file, vet_file, zip_damage
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints.headers import npy_scalar, read_safetensors_header
+from cockpit.checkpoints.kinds import FileKind
+from cockpit.checkpoints.scan import TRUST_FLAG, Vetting, damaged_text, is_damage, plain_global, scan_torch_file, vet_file, zip_damage
+from cockpit.resume.report import CHECKPOINT_SUFFIXES, DEFAULT_TIMEOUT_S, CheckpointFormat, Part, PartName, Reload, ResumeReport
 
 
 # ---------------------------------------------------------------- the whole check
@@ -74,14 +77,14 @@ def verify_resume(
     given = str(path)
     target = Path(path)
     if not target.exists():
-        report = ResumeReport(path=given, checkpoint=None, format="unknown")
+        report = ResumeReport(path=given, checkpoint=None, format=CheckpointFormat.unknown)
         report.problem = f"no such file or folder: {given}"
         return report
     notes: list[str] = []
     if target.is_dir() and not is_hf_checkpoint(target):
         chosen, count = newest_checkpoint(target)
         if chosen is None:
-            report = ResumeReport(path=given, checkpoint=None, format="unknown")
+            report = ResumeReport(path=given, checkpoint=None, format=CheckpointFormat.unknown)
             report.problem = (
                 f"no checkpoint in {given}: looked for checkpoint-N/ folders and "
                 + ", ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + " files"
@@ -91,7 +94,7 @@ def verify_resume(
             notes.append(f"the newest of {count} checkpoints in {given}: {chosen.name}")
         target = chosen
     before = _fingerprint(target)
-    report = ResumeReport(path=given, checkpoint=str(target), format="unknown", trusted=trust)
+    report = ResumeReport(path=given, checkpoint=str(target), format=CheckpointFormat.unknown, trusted=trust)
     report.notes.extend(notes)
     if target.is_dir():
         files = classify_hf_folder(target, report)
@@ -109,7 +112,7 @@ def verify_resume(
         if vetting.damaged:
             unreadable.append(vetting.damaged if len(files) == 1 else f"{Path(file).name}: {vetting.damaged}")
     for cause in unreadable:
-        if _is_damage(cause.split(": ", 1)[1] if len(files) > 1 else cause) and cause not in report.damaged:
+        if is_damage(cause.split(": ", 1)[1] if len(files) > 1 else cause) and cause not in report.damaged:
             report.damaged.append(cause)
     if reload and files and unreadable:
         # nothing is unpickled that could not be vetted, and damaged bytes would load as garbage
@@ -119,7 +122,7 @@ def verify_resume(
         _explain_reload(report)
     elif reload:
         report.reload = Reload(tried=False, error=report.problem or "nothing here to reload")
-    if report.reload.ok and report.reload.tensor_count is not None and report.format != "huggingface":
+    if report.reload.ok and report.reload.tensor_count is not None and report.format != CheckpointFormat.huggingface:
         report.tensor_count = report.reload.tensor_count
     told = any(f.unsafe_globals for f in report.reload.files)
     if report.foreign_globals and not told and not report.reload.ok:
@@ -161,36 +164,36 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
+def _inspect_torch(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.size_bytes = _size(path)
-    report.format = "pytorch" if path.suffix != ".ckpt" else "lightning"
+    report.format = CheckpointFormat.pytorch if path.suffix != ".ckpt" else CheckpointFormat.lightning
     try:
         scan = scan_torch_file(path)
     except CheckpointUnreadable as error:
         report.problem = str(error)
         report.vetting[str(path)] = Vetting(damaged=str(error))
-        return [(path, "torch")]
-    report.vetting[str(path)] = Vetting(damaged=_damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
-    report.foreign_globals = list(dict.fromkeys(_plain_global(g) for g in scan.globals if not g.startswith("torch.")))
+        return [(path, FileKind.torch)]
+    report.vetting[str(path)] = Vetting(damaged=damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
+    report.foreign_globals = list(dict.fromkeys(plain_global(g) for g in scan.globals if not g.startswith("torch.")))
     if scan.structure_error:
         report.problem = scan.structure_error  # the globals are vetted: torch may still read it
-        return [(path, "torch")]
+        return [(path, FileKind.torch)]
     report.tensor_count = scan.tensor_count
     classify_object(scan.obj, report)
-    return [(path, "torch")]
+    return [(path, FileKind.torch)]
 
 
-def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
+def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
     report.size_bytes = _size(path)
-    report.format = "demo"
+    report.format = CheckpointFormat.demo
     try:
         with zipfile.ZipFile(path) as archive:
             damaged = zip_damage(archive)
-            report.vetting[str(path)] = Vetting(damaged=_damaged_text(damaged) if damaged else None)
+            report.vetting[str(path)] = Vetting(damaged=damaged_text(damaged) if damaged else None)
             members = [n for n in archive.namelist() if n.endswith(".npy")]
             keys = [n[:-4] for n in members]
             scalars = {
-                k: _npy_scalar(archive, f"{k}.npy")
+                k: npy_scalar(archive, f"{k}.npy")
                 for k in keys if k in ("step", "epoch", "global_step", "data_position", "precision", "iteration")
             }
     except zipfile.BadZipFile:
@@ -201,24 +204,24 @@ def _inspect_npz(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
         return []
     report.tensor_count = len(keys)
     classify_npz_keys(keys, scalars, report)
-    return [(path, "npz")]
+    return [(path, FileKind.npz)]
 
 
-def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, str]]:
-    report.format = "safetensors"
+def _inspect_safetensors(path: Path, report: ResumeReport) -> list[tuple[Path, FileKind]]:
+    report.format = CheckpointFormat.safetensors
     report.size_bytes = _size(path)
     try:
         header = read_safetensors_header(path)
     except CheckpointUnreadable as error:
         report.problem = str(error)
-        if _is_damage(str(error)):
+        if is_damage(str(error)):
             report.damaged.append(str(error))
         return []
     report.vetting[str(path)] = Vetting()
     report.tensor_count = header.tensor_count
-    report.parts["model"] = Part(True, "(the whole file)", f"{header.tensor_count} tensors")
+    report.parts[PartName.model] = Part(True, "(the whole file)", f"{header.tensor_count} tensors")
     report.notes.append("a safetensors file holds tensors only: weights, never an optimizer or progress")
-    return [(path, "safetensors")]
+    return [(path, FileKind.safetensors)]
 
 
 def _explain_reload(report: ResumeReport) -> None:
@@ -228,9 +231,9 @@ def _explain_reload(report: ResumeReport) -> None:
         report.problem = None
     refused = [f for f in reload.files if f.weights_only is False and f.ok]
     for entry in refused:
-        plain = list(dict.fromkeys(_plain_global(g) for g in entry.unsafe_globals))
+        plain = list(dict.fromkeys(plain_global(g) for g in entry.unsafe_globals))
         names = ", ".join(plain[:6]) or "non-tensor objects"
-        is_hf_rng = report.format == "huggingface" and Path(entry.path).name.startswith("rng_state")
+        is_hf_rng = report.format == CheckpointFormat.huggingface and Path(entry.path).name.startswith("rng_state")
         if is_hf_rng:
             report.notes.append(
                 f"{Path(entry.path).name} holds numpy RNG state ({names}): plain torch.load(weights_only=True) "

@@ -1,36 +1,34 @@
-"""Reading checkpoints without running them: torch files scanned by a pickle reader that imports
-nothing (every class an inert stand-in), what a pickle would run, CRC-32 damage, safetensors and
-npz headers by hand. The only place pickle is used: to read checkpoints, never to store anything."""
+"""Reading torch checkpoints without running them: a pickle reader that imports nothing (every
+class an inert stand-in), what a pickle would run, CRC-32 damage, and the vetting of a file before
+anything unpickles it. The only place pickle is used: to read checkpoints, never to store anything."""
 
 from __future__ import annotations
 
-import ast
 import codecs
 import collections
-import json
-import math
 import pickle
 import pickletools
 import re
-import struct
 import zipfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from cockpit.resume.report import CheckpointUnreadable
+from cockpit.checkpoints import CheckpointUnreadable
+from cockpit.checkpoints.headers import read_safetensors_header
+from cockpit.checkpoints.kinds import FileKind
 
 
 # ---------------------------------------------------------------- reading torch files without torch
 
 
-class _Opaque:
+class Opaque:
     """An object of a class the scan does not import: it keeps what the pickle hands it."""
 
     qualname = "object"
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "_Opaque":
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Opaque":
         self = object.__new__(cls)
         self.args = args
         self.state = None
@@ -61,7 +59,7 @@ class _Opaque:
         return state if isinstance(state, dict) else {}
 
 
-class _Tensor(_Opaque):
+class TensorStub(Opaque):
     qualname = "torch.Tensor"
 
 
@@ -73,7 +71,7 @@ def _real_encode(text: Any, encoding: str = "utf-8", errors: str = "strict") -> 
     # numpy and old protocols pickle bytes as _codecs.encode(str, "latin1"); nothing else is run
     if encoding in ("latin1", "latin-1") and isinstance(text, str):
         return codecs.encode(text, encoding, errors)
-    return _Opaque(text, encoding)
+    return Opaque(text, encoding)
 
 
 # constructors that cannot allocate more than the pickle already holds (bytes(10**12) could)
@@ -107,12 +105,12 @@ class _ScanUnpickler(pickle.Unpickler):
         if real is not None:
             return real
         if module.startswith("torch") and name.startswith("_rebuild"):
-            return _Tensor
+            return TensorStub
         if not (module in _TORCH_SAFE_MODULES and (name.endswith("Storage") or name in _TORCH_PLAIN)):
             self.globals_seen.add(f"{module}.{name}")
         stub = self._stubs.get((module, name))
         if stub is None:
-            stub = type(name, (_Opaque,), {"qualname": f"{module}.{name}"})
+            stub = type(name, (Opaque,), {"qualname": f"{module}.{name}"})
             self._stubs[(module, name)] = stub
         return stub
 
@@ -263,7 +261,7 @@ def would_run_code_message(names: list[str], *, flag: bool = True) -> str:
 
 
 def needs_trust_message(names: list[str]) -> str:
-    shown = ", ".join(dict.fromkeys(_plain_global(n) for n in names[:6])) + (" …" if len(names) > 6 else "")
+    shown = ", ".join(dict.fromkeys(plain_global(n) for n in names[:6])) + (" …" if len(names) > 6 else "")
     return (
         f"torch.load(weights_only=True) refuses it (it holds {shown or 'objects beyond tensors and plain values'}), "
         f"and nothing else unpickles it without {TRUST_FLAG}: pass {TRUST_FLAG} to load it with only those "
@@ -298,14 +296,14 @@ def zip_damage(archive: zipfile.ZipFile) -> list[str]:
                 damaged.append(f"member {info.filename} cannot be read ({text})")
             continue
         except (EOFError, zlib.error, ValueError, NotImplementedError) as error:
-            damaged.append(f"member {info.filename} cannot be read ({_short(error)})")
+            damaged.append(f"member {info.filename} cannot be read ({short_error(error)})")
             continue
         if crc != info.CRC:
             damaged.append(f"member {info.filename} fails its CRC-32")
     return damaged
 
 
-def _damaged_text(damaged: list[str]) -> str:
+def damaged_text(damaged: list[str]) -> str:
     more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
     return f"damaged: {damaged[0]}{more}"
 
@@ -344,20 +342,20 @@ class Vetting:
         return needs_trust(self.globals)
 
 
-def vet_file(path: Path, kind: str) -> Vetting:
+def vet_file(path: Path, kind: FileKind | str) -> Vetting:
     """CRC-32 of every zip member, a safetensors header's sizes, a torch pickle's globals."""
-    if kind == "torch":
+    if kind == FileKind.torch:
         try:
             scan = scan_torch_file(path, structure=False)
         except CheckpointUnreadable as error:
             return Vetting(damaged=str(error))
-        return Vetting(damaged=_damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
-    if kind == "safetensors":
+        return Vetting(damaged=damaged_text(scan.damaged) if scan.damaged else None, globals=scan.all_globals)
+    if kind == FileKind.safetensors:
         try:
             read_safetensors_header(path)
         except CheckpointUnreadable as error:
             return Vetting(damaged=str(error))
-    if kind == "npz":
+    if kind == FileKind.npz:
         try:
             with zipfile.ZipFile(path) as archive:
                 damaged = zip_damage(archive)
@@ -365,7 +363,7 @@ def vet_file(path: Path, kind: str) -> Vetting:
             return Vetting(damaged=f"damaged archive: {error}")
         except OSError as error:
             return Vetting(damaged=f"cannot read it: {error.strerror or error}")
-        return Vetting(damaged=_damaged_text(damaged) if damaged else None)
+        return Vetting(damaged=damaged_text(damaged) if damaged else None)
     return Vetting()
 
 
@@ -381,7 +379,7 @@ def torch_file_refusal(path: Path) -> str | None:
         return None  # the caller reports the unreadable file its own way
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     if key not in _TORCH_VETTED:
-        vetting = vet_file(path, "torch")
+        vetting = vet_file(path, FileKind.torch)
         refusal = None
         if vetting.damaged and not vetting.damaged.startswith("not a torch.save file"):
             refusal = f"{path.name}: {vetting.damaged}"
@@ -416,20 +414,20 @@ def scan_torch_file(path: Path, *, structure: bool = True) -> TorchScan:
                 pickled = min(names, key=len)
                 damaged = zip_damage(archive)
                 if any(d.startswith(f"member {pickled} ") for d in damaged):
-                    raise CheckpointUnreadable(_damaged_text(damaged))
+                    raise CheckpointUnreadable(damaged_text(damaged))
                 with archive.open(pickled) as member:
                     try:
                         found = pickle_globals(member)
                     except Exception as error:  # pickletools raises ValueError, but a torn pickle anything
                         raise CheckpointUnreadable(
-                            f"damaged: the object record inside does not parse ({_short(error)})"
+                            f"damaged: the object record inside does not parse ({short_error(error)})"
                         ) from None
                 if structure:
                     with archive.open(pickled) as member:
                         try:
                             obj = _ScanUnpickler(member).load()
                         except Exception as error:
-                            structure_error = f"the object record inside cannot be read without torch ({_short(error)})"
+                            structure_error = f"the object record inside cannot be read without torch ({short_error(error)})"
         except CheckpointUnreadable:
             raise
         except zipfile.BadZipFile as error:
@@ -464,25 +462,25 @@ def scan_torch_file(path: Path, *, structure: bool = True) -> TorchScan:
     all_globals = list(dict.fromkeys(found))
     beyond = sorted(g for g in all_globals if not weights_only_global(g))
     return TorchScan(
-        obj=obj, tensor_count=_count_tensors(obj) if structure_error is None else 0, globals=beyond,
+        obj=obj, tensor_count=count_tensors(obj) if structure_error is None else 0, globals=beyond,
         all_globals=all_globals, damaged=damaged, structure_error=structure_error,
     )
 
 
-def _count_tensors(obj: Any) -> int:
+def count_tensors(obj: Any) -> int:
     count, stack, seen = 0, [obj], set()
     while stack:
         item = stack.pop()
         if id(item) in seen:
             continue
         seen.add(id(item))
-        if isinstance(item, _Tensor):
+        if isinstance(item, TensorStub):
             count += 1
         elif isinstance(item, dict):
             stack.extend(item.values())
         elif isinstance(item, (list, tuple, set, frozenset)):
             stack.extend(item)
-        elif isinstance(item, _Opaque):
+        elif isinstance(item, Opaque):
             stack.extend(item.args)
             stack.append(item.state)
             stack.extend(item.items.values())
@@ -490,126 +488,15 @@ def _count_tensors(obj: Any) -> int:
     return count
 
 
-def _short(error: BaseException, limit: int = 200) -> str:
+def short_error(error: BaseException, limit: int = 200) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else ""
     text = f"{type(error).__name__}: {text}" if text else type(error).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _is_damage(cause: str) -> bool:
+def is_damage(cause: str) -> bool:
     return cause.startswith(("damaged", "truncated", "the file is empty"))
 
 
-def _plain_global(name: str) -> str:
+def plain_global(name: str) -> str:
     return "numpy.ndarray" if name.endswith("multiarray._reconstruct") else name
-
-
-# ---------------------------------------------------------------- safetensors and npz by hand
-
-
-@dataclass
-class SafetensorsHeader:
-    tensor_count: int
-    data_bytes: int
-    metadata: dict[str, Any]
-
-
-_SAFETENSORS_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E4M3FN": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
-    "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "C64": 64, "F64": 64, "I64": 64, "U64": 64,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-}
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def read_safetensors_header(path: Path) -> SafetensorsHeader:
-    """8-byte little-endian header length, a JSON header, then the data; sizes must agree."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            prefix = handle.read(8)
-            if len(prefix) < 8:
-                raise CheckpointUnreadable("truncated: shorter than a safetensors header")
-            (length,) = struct.unpack("<Q", prefix)
-            if length > min(size - 8, 100_000_000):
-                raise CheckpointUnreadable(
-                    f"truncated or not safetensors: the header claims {length} bytes, the file holds {size}"
-                )
-            raw = handle.read(length)
-    except OSError as error:
-        raise CheckpointUnreadable(f"cannot read it: {error.strerror or error}") from None
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise CheckpointUnreadable("damaged: the safetensors header is not JSON") from None
-    if not isinstance(header, dict):
-        raise CheckpointUnreadable("damaged: the safetensors header is not a JSON object")
-    metadata = header.pop("__metadata__", None) or {}
-    data_size = size - 8 - length
-    spans = []
-    for name, entry in header.items():
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_int(o) for o in offsets)):
-            raise CheckpointUnreadable(f"damaged: tensor {name!r} has no data_offsets in the header")
-        begin, end = offsets
-        if not 0 <= begin <= end:
-            raise CheckpointUnreadable(f"damaged: tensor {name!r} has data_offsets [{begin}, {end}], not a byte range")
-        if end > data_size:
-            raise CheckpointUnreadable(
-                f"truncated: tensor {name!r} ends at byte {end} of the data, which holds {data_size} "
-                "(the save did not finish, or the copy was cut)"
-            )
-        dtype, shape = entry.get("dtype"), entry.get("shape")
-        if not (isinstance(shape, list) and all(_is_int(d) and d >= 0 for d in shape)):
-            raise CheckpointUnreadable(f"damaged: tensor {name!r} has no shape in the header")
-        bits = _SAFETENSORS_BITS.get(dtype) if isinstance(dtype, str) else None
-        if bits is None:
-            raise CheckpointUnreadable(f"damaged: tensor {name!r} has an unknown dtype {dtype!r}")
-        expected = (math.prod(shape) * bits + 7) // 8
-        if expected != end - begin:
-            raise CheckpointUnreadable(
-                f"damaged: tensor {name!r} is {dtype} {shape}, {expected} bytes, but its data_offsets span {end - begin}"
-            )
-        spans.append((begin, end, name))
-    position = 0
-    for begin, end, name in sorted(spans):
-        if begin != position:
-            raise CheckpointUnreadable(
-                f"damaged: tensor {name!r} starts at byte {begin} of the data, not {position}: the tensors overlap or leave a gap"
-            )
-        position = end
-    if position < data_size:
-        raise CheckpointUnreadable(f"damaged: {data_size - position} bytes past the end the header describes")
-    end = position
-    return SafetensorsHeader(tensor_count=len(header), data_bytes=end, metadata=metadata if isinstance(metadata, dict) else {})
-
-
-def _npy_scalar(archive: zipfile.ZipFile, member: str) -> Any:
-    """The value of a 0-d .npy member (int, float or str) read by hand; None if it is not one."""
-    try:
-        with archive.open(member) as handle:
-            if handle.read(6) != b"\x93NUMPY":
-                return None
-            major = handle.read(2)[0]
-            header_len = struct.unpack("<H" if major == 1 else "<I", handle.read(2 if major == 1 else 4))[0]
-            header = ast.literal_eval(handle.read(header_len).decode("latin1"))
-            if header.get("shape") != ():
-                return None
-            descr = header.get("descr", "")
-            data = handle.read(4096)
-    except (OSError, KeyError, ValueError, SyntaxError, IndexError, struct.error, zipfile.BadZipFile):
-        return None
-    formats = {"<i8": "<q", "<i4": "<i", "<u8": "<Q", "<u4": "<I", "<f8": "<d", "<f4": "<f", "|b1": "?"}
-    if descr in formats:
-        try:
-            return struct.unpack(formats[descr], data[: struct.calcsize(formats[descr])])[0]
-        except struct.error:
-            return None
-    if isinstance(descr, str) and descr.startswith("<U"):
-        return data[: 4 * int(descr[2:])].decode("utf-32-le", "replace").rstrip("\x00")
-    return None
-
-
