@@ -23,15 +23,10 @@ from cockpit.common.times import iso, parse_ts, utc_minute, utc_now
 from cockpit.live.clock import ItemProgress, lot_clock, projected
 from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
 from cockpit.live.host import HostProcesses
-from cockpit.live.metrics import (
-    MetricsStream,
-    RunTrack,
-    last_metrics,
-    load_state,
-    save_state,
-    seconds_to_datetime,
-    state_file,
-)
+from cockpit.live.metric_values import seconds_to_datetime
+from cockpit.live.metrics import MetricsStream
+from cockpit.live.saved_state import load_state, save_state, state_file
+from cockpit.live.track import RunTrack, last_metrics
 from cockpit.live.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.live.snapshot import (
     AlertView,

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cockpit.common.times import utc_minute
-from cockpit.live.metrics import RunTrack, as_step, format_value, seconds_to_datetime, ts_seconds
+from cockpit.live.metric_values import as_step, format_value, seconds_to_datetime, ts_seconds
+from cockpit.live.track import RunTrack
 from cockpit.plan.campaign import Action, RuleKind, StopRule
 
 CONFIG_CHANGED = "config-changed"  # the rule id of "a new configuration under an old run id"
