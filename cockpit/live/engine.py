@@ -31,7 +31,6 @@ from cockpit.live.rules import RuleEvaluator, RuleState, Trigger
 from cockpit.live.snapshot import (
     AlertView,
     ClockView,
-    GpuProcessView,
     GpuView,
     HostView,
     LotView,
@@ -590,28 +589,7 @@ class Engine:
                 utilization.append(float(sample.utilization_percent))
             if sample.memory_used_bytes is not None and sample.memory_total_bytes:
                 memory.append(100.0 * sample.memory_used_bytes / sample.memory_total_bytes)
-            views.append(
-                GpuView(
-                    index=sample.index,
-                    name=sample.name,
-                    utilization_percent=sample.utilization_percent,
-                    memory_used_bytes=sample.memory_used_bytes,
-                    memory_total_bytes=sample.memory_total_bytes,
-                    temperature_c=sample.temperature_c,
-                    power_watts=sample.power_draw_w,
-                    power_limit_watts=sample.power_limit_w,
-                    sm_clock_mhz=sample.sm_clock_mhz,
-                    memory_clock_mhz=sample.memory_clock_mhz,
-                    throttle_reasons=sample.slowed_by,
-                    processes=tuple(
-                        GpuProcessView(p.pid, p.used_memory_bytes, process_runs.get(p.pid)) for p in sample.processes or ()
-                    ),
-                    lost=sample.lost,
-                    simulated=sample.simulated,
-                    utilization_history=tuple(utilization),
-                    memory_history=tuple(memory),
-                )
-            )
+            views.append(GpuView.of(sample, process_runs, utilization, memory))
         return tuple(views)
 
     def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded=()) -> Snapshot:
@@ -703,50 +681,13 @@ class Engine:
             )
             for p in unrecorded
         )
-        host = self.host.host(self.directory)
         return Snapshot(
             taken_at=now,
-            lot=LotView(
-                campaign_id=campaign.id,
-                question=campaign.model.question,
-                gpu_model=lot.gpu_model,
-                gpus=lot.gpu_count,
-                days=lot.days,
-                price_usd=self.plan.price,
-                order_ref=lot.order_ref,
-                start=lot.start,
-                end=lot.end,
-            ),
-            clock=ClockView(
-                now=now,
-                started=reading.started,
-                elapsed_hours=reading.elapsed_hours,
-                remaining_hours=reading.remaining_hours,
-                window_hours=reading.window_hours,
-                committed_hours=self.planned.committed_hours,
-                committed_remaining_hours=reading.committed_remaining_hours,
-                uncommitted_hours=reading.window_hours - self.planned.committed_hours,
-                projected_finish=reading.projected_retrieval_end,
-                retrieval_hours=reading.retrieval_hours,
-                fits=reading.fits,
-                message=reading.message,
-            ),
-            nvml=NvmlView(
-                available=gpu_snapshot.available,
-                reason=gpu_snapshot.reason,
-                simulated=gpu_snapshot.simulated,
-                sample_age_seconds=gpu_snapshot.age_seconds(now),
-                warnings=tuple(gpu_snapshot.warnings),
-            ),
+            lot=LotView.of(lot, campaign_id=campaign.id, question=campaign.model.question, price_usd=self.plan.price),
+            clock=ClockView.of(reading, now),
+            nvml=NvmlView.of(gpu_snapshot, now),
             gpus=self._gpu_views(gpu_snapshot, process_runs),
-            host=HostView(
-                cpu_percent=host.cpu_percent,
-                memory_used_bytes=host.memory_used_bytes,
-                memory_total_bytes=host.memory_total_bytes,
-                disk_used_bytes=host.disk_used_bytes,
-                disk_total_bytes=host.disk_total_bytes,
-                disk_free_bytes=host.disk_free_bytes,
-            ),
+            host=HostView.of(self.host.host(self.directory)),
             runs=tuple(runs),
             alerts=alerts,
             notices=tuple(dict.fromkeys(notices)),
