@@ -26,7 +26,8 @@ import psutil
 import pynvml as real_nvml
 import pytest
 
-from cockpit.live.engine import Engine, terminate_run_of
+from cockpit.live.engine import Engine
+from cockpit.live.runs import terminate_run_of
 from cockpit.live.gpu import GpuSampler, NvmlSource
 from cockpit.live.host import HostProcesses
 from cockpit.plan.load import load_campaign

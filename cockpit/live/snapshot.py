@@ -168,7 +168,7 @@ class RunView:
     id: str
     role: str
     tier: str
-    state: str  # planned | running | finished | failed | stopped | ended (process gone without `finished`) | unreadable (its metrics path holds no readable file)
+    state: str  # a RunState (cockpit/live/runs.py): planned | running | finished | failed | stopped | ended | unreadable
     step: int | None
     total_steps: int | None
     loss: float | None
