@@ -47,9 +47,10 @@ from cockpit.live.snapshot import (
     RunView,
     Snapshot,
 )
-from cockpit.plan.campaign import Campaign, CampaignError
+from cockpit.plan.campaign import Action, Campaign, CampaignError
 from cockpit.plan.load import read_campaign_text
 from cockpit.plan.schedule import schedule
+from cockpit.record.events import EventType
 from cockpit.record.runlog import RecordedState, RunLog, RunLogError, alert_key
 from cockpit.record.start import ensure_started, frozen_plan_text, plan_drift, start_in
 
@@ -188,7 +189,7 @@ class Engine:
             self._recorded.apply(events)
             self._logged_lines |= _alert_lines(events)
             for event in events:  # an acknowledgement, from any process, re-arms the rule
-                if event["type"] == "ack" and event.get("run"):
+                if event["type"] == EventType.ACK and event.get("run"):
                     self.evaluator.acknowledge(str(event.get("rule")), str(event["run"]))
         return self._recorded
 
@@ -231,7 +232,7 @@ class Engine:
                 start_in(tx, self.campaign, events)
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
-                written.append(tx.append("alert", key=item.key, **fields))
+                written.append(tx.append(EventType.ALERT, key=item.key, **fields))
                 if item.key in self._rearmed:
                     self._rearmed.discard(item.key)
                     self._unsaved = True
@@ -336,7 +337,7 @@ class Engine:
             if str(error) not in self.notices:
                 self.notices.append(str(error))
 
-        self._stops_due += [t for t in triggers if t.action == "stop"]
+        self._stops_due += [t for t in triggers if t.action == Action.stop]
         due, self._stops_due = self._stops_due, []
         for trigger in due:
             if recorded.stop_of(trigger.run_id) is not None:
@@ -404,12 +405,12 @@ class Engine:
         try:
             with self.log.transaction() as tx:
                 events = tx.read().events
-                logged |= {(e.get("run"), e.get("metric_ts")) for e in events if e["type"] == "run_started"}
+                logged |= {(e.get("run"), e.get("metric_ts")) for e in events if e["type"] == EventType.RUN_STARTED}
                 for run_id, started in new:
                     ts = _ts_text(started.get("ts"))
                     if (run_id, ts) not in logged:
                         start_in(tx, self.campaign, events)  # likewise: `campaign_started` first
-                        tx.append("run_started", run=run_id, pid=started.get("pid"),
+                        tx.append(EventType.RUN_STARTED, run=run_id, pid=started.get("pid"),
                                   config_sha256=started.get("config_sha256"), metric_ts=ts)
         except RunLogError as error:
             if str(error) not in self.notices:
@@ -544,7 +545,7 @@ class Engine:
                 message=str(a.event.get("message", "")),
                 ts=_parse(a.event.get("ts")),
                 seq=a.event.get("seq"),
-                severity=str(a.event.get("severity") or ("critical" if a.event.get("action") == "stop" else "warning")),
+                severity=str(a.event.get("severity") or ("critical" if a.event.get("action") == Action.stop else "warning")),
                 key=a.key,
             )
             for a in reversed(recorded.active_alerts)
@@ -574,7 +575,7 @@ class Engine:
 
 
 def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any, Any]]:
-    return {_line_identity(alert_key(e), e, e.get("line")) for e in events if e["type"] == "alert"}
+    return {_line_identity(alert_key(e), e, e.get("line")) for e in events if e["type"] == EventType.ALERT}
 
 
 def _line_identity(key: str, fields: dict[str, Any], line: Any) -> tuple[str, Any, Any, Any]:

@@ -29,7 +29,7 @@ class Trigger:
 
     rule_id: str
     run_id: str
-    action: str  # "alert" | "stop"
+    action: str  # an Action's value: "alert" | "stop"
     message: str
     value: float | int | str | None = None
     step: int | None = None

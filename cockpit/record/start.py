@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.common.layout import FILE_MODE, FROZEN_PLAN, STATE_DIR, frozen_plan_path, state_dir
+from cockpit.record.events import EventType
 from cockpit.record.runlog import RunLog, RunLogError, Transaction, _decode
 
 
@@ -67,11 +68,11 @@ def start_in(tx: Transaction, campaign: Any, events: list[dict[str, Any]] | None
     would tell a false story); None then, as when it has started already."""
     if events is None:
         events = tx.read().events
-    if any(e["type"] in ("campaign_started", "closed") for e in events):
+    if any(e["type"] in (EventType.CAMPAIGN_STARTED, EventType.CLOSED) for e in events):
         return None
     plan = _freeze(campaign)
     event = tx.append(
-        "campaign_started",
+        EventType.CAMPAIGN_STARTED,
         campaign=campaign.id,
         plan_sha256=hashlib.sha256(plan.encode("utf-8")).hexdigest(),
         plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
@@ -90,7 +91,7 @@ def is_started(log: RunLog) -> bool:
             for line in handle:
                 event = _decode(line) if line.strip() else None
                 if event is not None:
-                    return event["type"] == "campaign_started"
+                    return event["type"] == EventType.CAMPAIGN_STARTED
     except OSError:
         return False
     return False
