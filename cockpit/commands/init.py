@@ -11,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from cockpit.plan import catalog
+from cockpit.common.files import write_atomic
 from cockpit.common.layout import CAMPAIGN_FILE
 from cockpit.plan.values import CENT
 from cockpit.errors import Finding, UsageError
@@ -238,8 +239,7 @@ def _write_schema(path: Path) -> bool:
     from cockpit.plan.schema import json_schema
 
     try:
-        with open(path, "x", encoding="utf-8") as handle:
-            handle.write(json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n")
+        write_atomic(path, json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n", mode=0o666, replace=False)
     except OSError:  # there already, or not writable: the campaign file is what matters
         return False
     return True
@@ -288,8 +288,7 @@ def run(args) -> int:
     text = render(gpu, days, start, price)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with open(target, "x", encoding="utf-8") as handle:  # "x": never over a file made meanwhile
-            handle.write(text)
+        write_atomic(target, text, mode=0o666, replace=False)  # never over a file made meanwhile; 0o666 as open() makes it (the umask decides)
     except FileExistsError:
         raise Finding(f"{target} already exists; nothing was written. Edit it, or give another folder to `cockpit init`") from None
     except OSError as error:

@@ -22,6 +22,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from cockpit.common.files import append_to
 from cockpit.common.layout import FILE_MODE, RUNLOG_FILE
 from cockpit.common.times import Clock, iso, utc_now
 from cockpit.record.events import VOIDABLE, EventType
@@ -133,9 +134,6 @@ class RunLog:
 
     def _append_many_locked(self, fd: int, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         size = os.fstat(fd).st_size
-        prefix = b""
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            prefix = b"\n"  # a crash tore the last line: end it so this event stays whole
         seq, ts = _last_seq(fd, size), iso(self.clock())
         lines = []
         for type, fields in items:
@@ -144,18 +142,9 @@ class RunLog:
             event.update(fields)
             event.setdefault("who", self.who)
             lines.append(encode_event(event))
-        data = prefix + b"".join(lines)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            append_to(fd, b"".join(lines), size)  # a torn last line ended first; all or nothing
         except OSError as error:
-            try:
-                os.ftruncate(fd, size)  # leave what was already written exactly as it was
-            except OSError:
-                pass
             reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
             raise RunLogError(f"cannot write to {self.path}: {reason}; nothing was recorded") from None
         return [json.loads(line) for line in lines]

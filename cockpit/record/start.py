@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
-from cockpit.common.layout import FILE_MODE, FROZEN_PLAN, STATE_DIR, frozen_plan_path, state_dir
+from cockpit.common.files import write_atomic
+from cockpit.common.layout import FROZEN_PLAN, STATE_DIR, frozen_plan_path, state_dir
 from cockpit.record.events import EventType
 from cockpit.record.runlog import RunLog, RunLogError, Transaction, _decode
 
@@ -27,18 +27,7 @@ def _freeze(campaign: Any) -> str:
     if frozen is not None:
         return frozen
     try:
-        folder = state_dir(campaign.directory)
-        temporary = folder / (FROZEN_PLAN + ".tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                handle.write(campaign.text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, folder / FROZEN_PLAN)
-        finally:
-            if temporary.exists():
-                temporary.unlink()
+        write_atomic(state_dir(campaign.directory) / FROZEN_PLAN, campaign.text)
     except OSError as error:
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise RunLogError(
