@@ -44,7 +44,7 @@ def _price(text: str) -> Decimal:
     return amount.quantize(CENT)
 
 
-def _hours(value: float) -> str:
+def _half_hours(value: float) -> str:
     """Half hours at least one: 17.5, 18."""
     rounded = max(1.0, round(value * 2) / 2)
     return f"{rounded:g}"
@@ -109,8 +109,8 @@ def render(gpu: str, days: int, start: datetime, price: Decimal | None) -> str:
     gpus = entry.gpus_per_lot if entry else 1
     catalogue_price = catalog.price(gpu_name, days)
     window = days * 24.0
-    run_hours = _hours(min(window * 0.25, 24 * 7))
-    pilot_hours = _hours(min(2.0, float(run_hours) / 2))
+    run_hours = _half_hours(min(window * 0.25, 24 * 7))
+    pilot_hours = _half_hours(min(2.0, float(run_hours) / 2))
     if price is None:
         assert catalogue_price is not None
         price_line = f'price_usd = "{catalogue_price}"          # the catalogue\'s price for this lot; the price of the whole lot, never per hour'

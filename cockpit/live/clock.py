@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from cockpit.common.times import utc_minute
+from cockpit.common.times import hours_in, utc_minute
 from cockpit.plan.schedule import Schedule, schedule
 
 RULE = "lot-window"
@@ -99,9 +99,6 @@ class ClockReading:
         return None if self.planned is None else self.window_hours - self.planned.committed_hours
 
 
-def _hours(delta: timedelta) -> float:
-    return delta.total_seconds() / 3600.0
-
 
 def projected(base: datetime, hours: float) -> datetime:
     """`base` plus `hours` of work, the hours bounded by the clock's horizon (never an overflow)."""
@@ -157,13 +154,13 @@ def _running_hours(item: Any, progress: ItemProgress, now: datetime) -> float:
     total = progress.total_steps or getattr(item, "total_steps", None)
     rate = progress.steps_per_hour
     if rate is None and progress.step and progress.started_at and progress.step_at:
-        spent = _hours(_utc(progress.step_at) - _utc(progress.started_at))
+        spent = hours_in(_utc(progress.step_at) - _utc(progress.started_at))
         if spent > 0:
             rate = progress.step / spent
     if total and progress.step is not None and rate and rate > 0:
         return min(HORIZON_HOURS, max(0.0, (total - progress.step) / rate))
     if progress.started_at is not None:
-        return max(0.0, float(item.hours) - _hours(now - _utc(progress.started_at)))
+        return max(0.0, float(item.hours) - hours_in(now - _utc(progress.started_at)))
     return float(item.hours)
 
 
@@ -221,7 +218,7 @@ def remaining_work(
                 left[item.id] = 0.0
                 finished_at[item.id] = end
             else:
-                left[item.id] = min(hours, _hours(end - now))
+                left[item.id] = min(hours, hours_in(end - now))
                 if begin < now:
                     under_way.add(item.id)
         else:
@@ -282,15 +279,15 @@ def lot_clock(
     replan = schedule(order, lot.gpu_count, retrieval, hours=left)
     finish = projected(origin, replan.retrieval_start_hours)
     retrieval_end = projected(origin, replan.committed_hours)
-    overrun = max(0.0, _hours(retrieval_end - end))
-    elapsed = min(window, max(0.0, _hours(now - start)))
-    remaining = window if now < start else max(0.0, _hours(end - now))
+    overrun = max(0.0, hours_in(retrieval_end - end))
+    elapsed = min(window, max(0.0, hours_in(now - start)))
+    remaining = window if now < start else max(0.0, hours_in(end - now))
     unfinished = [i.id for i in items if left.get(i.id, 0.0) > 0]
 
     alerts: list[WindowAlert] = []
     if now < start:
         phase = NOT_STARTED
-        message = f"the lot has not started: it starts at {_when(start)}, in {duration(_hours(start - now))}"
+        message = f"the lot has not started: it starts at {_when(start)}, in {duration(hours_in(start - now))}"
     elif now < end:
         phase = IN_PROGRESS
         message = (
@@ -315,7 +312,7 @@ def lot_clock(
                 )
     else:
         phase = ENDED
-        message = f"the lot ended at {_when(end)}, {duration(_hours(now - end))} ago"
+        message = f"the lot ended at {_when(end)}, {duration(hours_in(now - end))} ago"
         alerts.append(
             WindowAlert(
                 key=f"{RULE}:ended",

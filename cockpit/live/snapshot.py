@@ -232,7 +232,8 @@ def _time(value: datetime | None) -> str | None:
     return iso(value) if value else None
 
 
-def _hours(value: float | None) -> float | None:
+def _rounded_hours(value: float | None) -> float | None:
+    """Hours in `status --json`: to the 3rd decimal (3.6 s)."""
     return None if value is None else round(value, 3)
 
 
@@ -261,12 +262,12 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
             "end": _time(lot.end),
         },
         "started": clock.started,
-        "elapsed_hours": _hours(clock.elapsed_hours),
-        "remaining_hours": _hours(clock.remaining_hours),
-        "window_hours": _hours(clock.window_hours),
-        "committed_hours": _hours(clock.committed_hours),
-        "committed_remaining_hours": _hours(clock.committed_remaining_hours),
-        "uncommitted_hours": _hours(clock.uncommitted_hours),
+        "elapsed_hours": _rounded_hours(clock.elapsed_hours),
+        "remaining_hours": _rounded_hours(clock.remaining_hours),
+        "window_hours": _rounded_hours(clock.window_hours),
+        "committed_hours": _rounded_hours(clock.committed_hours),
+        "committed_remaining_hours": _rounded_hours(clock.committed_remaining_hours),
+        "uncommitted_hours": _rounded_hours(clock.uncommitted_hours),
         "projected_finish": _time(clock.projected_finish),
         "fits": clock.fits,
         "clock_message": clock.message,
