@@ -17,18 +17,9 @@ from typing import Any
 import pydantic
 
 from cockpit.plan import catalog
-from cockpit.plan.campaign import (
-    CAMPAIGN_FILE,
-    ID_PATTERN,
-    ID_RULE,
-    SCHEMA,
-    Campaign,
-    CampaignError,
-    CampaignModel,
-    Finding,
-    Role,
-    _shown,
-)
+from cockpit.common.layout import CAMPAIGN_FILE
+from cockpit.plan.campaign import Campaign, CampaignError, CampaignModel, Finding, Role
+from cockpit.plan.values import ID_PATTERN, ID_RULE, SCHEMA, _shown
 
 
 @cache
