@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from typing import Any
 
 from cockpit.common.times import hours_in, utc_minute
@@ -18,10 +19,15 @@ PENDING = "pending"
 # States in which an item takes no more lot time: a stopped or failed run is an expense, not work left.
 ENDED_STATES = frozenset({"finished", "stopped", "failed", "done", "killed", "crashed", "exited"})
 
-NO_START = "no_start"
-NOT_STARTED = "not_started"
-IN_PROGRESS = "running"
-ENDED = "ended"
+
+class ClockPhase(StrEnum):
+    """Where the lot is in its window (`ClockReading.phase`)."""
+
+    NO_START = "no_start"  # [lot] has no start: nothing to count from
+    NOT_STARTED = "not_started"
+    RUNNING = "running"
+    ENDED = "ended"
+
 # The farthest the clock projects: work measured to end later than this (one step a day of 10^12
 # steps) is shown as ending then, not as a date no calendar holds. A century past any lot's end.
 HORIZON_HOURS = 100 * 366 * 24.0
@@ -61,7 +67,7 @@ class WindowAlert:
 class ClockReading:
     """The lot clock at `now`. Hours are None where the lot has no start to count from."""
 
-    phase: str  # "no_start" | "not_started" | "running" | "ended"
+    phase: ClockPhase
     message: str
     now: datetime
     lot_start: datetime | None
@@ -82,7 +88,7 @@ class ClockReading:
     @property
     def started(self) -> bool:
         """The lot has a start and it has passed."""
-        return self.phase in (IN_PROGRESS, ENDED)
+        return self.phase in (ClockPhase.RUNNING, ClockPhase.ENDED)
 
     @property
     def fits(self) -> bool | None:
@@ -249,7 +255,7 @@ def lot_clock(
 
     if lot.start is None:
         return ClockReading(
-            phase=NO_START,
+            phase=ClockPhase.NO_START,
             message=(
                 "the lot clock needs [lot].start: add the lot's start to campaign.toml, "
                 "e.g. start = 2026-11-30T08:00:00Z"
@@ -286,10 +292,10 @@ def lot_clock(
 
     alerts: list[WindowAlert] = []
     if now < start:
-        phase = NOT_STARTED
+        phase = ClockPhase.NOT_STARTED
         message = f"the lot has not started: it starts at {_when(start)}, in {duration(hours_in(start - now))}"
     elif now < end:
-        phase = IN_PROGRESS
+        phase = ClockPhase.RUNNING
         message = (
             f"{duration(elapsed)} elapsed, {duration(remaining)} left; the lot ends at {_when(end)}"
         )
@@ -311,7 +317,7 @@ def lot_clock(
                     )
                 )
     else:
-        phase = ENDED
+        phase = ClockPhase.ENDED
         message = f"the lot ended at {_when(end)}, {duration(hours_in(now - end))} ago"
         alerts.append(
             WindowAlert(
@@ -326,8 +332,8 @@ def lot_clock(
                 level="critical",
             )
         )
-    if phase != ENDED and overrun > 0:
-        pace = "at the measured pace" if phase == IN_PROGRESS else "as planned"
+    if phase != ClockPhase.ENDED and overrun > 0:
+        pace = "at the measured pace" if phase == ClockPhase.RUNNING else "as planned"
         alerts.append(
             WindowAlert(
                 key=f"{RULE}:overrun",
