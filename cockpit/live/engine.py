@@ -36,17 +36,8 @@ from cockpit.live.runs import (
     undeclared_runs_notice,
 )
 from cockpit.live.saved_state import load_state, save_state, state_file
+from cockpit.live.snapshot import AlertView, ClockView, GpuView, HostView, LotView, NvmlView, RunView, Snapshot
 from cockpit.live.track import last_metrics
-from cockpit.live.snapshot import (
-    AlertView,
-    ClockView,
-    GpuView,
-    HostView,
-    LotView,
-    NvmlView,
-    RunView,
-    Snapshot,
-)
 from cockpit.plan.campaign import Action, Campaign, CampaignError
 from cockpit.plan.load import read_campaign_text
 from cockpit.plan.schedule import schedule
