@@ -79,7 +79,8 @@ def phase_baseline(path: Path) -> dict:
 def phase_cockpit(path: Path, state: Path) -> dict:
     """A cold `status`: no saved state, read everything, rules on every record, save the state."""
     import cockpit.plan.campaign  # noqa: F401  the campaign is loaded before any stream is read
-    from cockpit.live.metrics import MetricsStream, save_state
+    from cockpit.live.metrics import MetricsStream
+    from cockpit.live.saved_state import save_state
     from cockpit.live.rules import RuleEvaluator
 
     started = time.perf_counter()
@@ -97,7 +98,7 @@ def phase_cockpit(path: Path, state: Path) -> dict:
 def phase_incremental(path: Path, state: Path) -> dict:
     """A later `status`: load the state, read only the new lines, evaluate, save."""
     import cockpit.plan.campaign  # noqa: F401
-    from cockpit.live.metrics import load_state, save_state
+    from cockpit.live.saved_state import load_state, save_state
     from cockpit.live.rules import RuleEvaluator, RuleState
 
     started = time.perf_counter()

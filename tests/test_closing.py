@@ -693,7 +693,8 @@ def test_nothing_measured_is_inconclusive_not_negative(tmp_path):
 def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measures(tmp_path):
     """`close` continues from `.cockpit/metrics-state.json` (a 30-day stream is not read again),
     and its measures equal a read from byte 0; a stream replaced since is read from its start."""
-    from cockpit.live.metrics import MetricsStream, save_state, state_file
+    from cockpit.live.metrics import MetricsStream
+    from cockpit.live.saved_state import save_state, state_file
 
     camp = make_campaign(tmp_path)
     metrics(camp, "ctrl-r1", 2.5, 14.5, 0.78)
@@ -713,7 +714,7 @@ def test_close_resumes_the_engines_reading_and_measures_what_a_full_read_measure
     # v-r16's file is then replaced by a shorter one: its saved position no longer applies
     metrics(camp, "v-r16", 4, 6, 0.79)
 
-    from cockpit.live.metrics import load_state
+    from cockpit.live.saved_state import load_state
 
     saved = load_state(state_file(camp))
     assert saved.stream("ctrl-r1", camp.resolve() / "runs" / "ctrl-r1" / "metrics.jsonl").position.offset > 0  # resumed

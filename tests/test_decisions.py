@@ -66,6 +66,7 @@ def test_no_signal_leaves_for_a_stop_the_disk_refused(seed_campaign, monkeypatch
 def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monkeypatch):
     import errno
     import os
+    import stat
 
     from cockpit.record import runlog as runlog_module
     from cockpit.record.runlog import RunLogError
@@ -75,6 +76,8 @@ def test_a_start_the_disk_refused_is_logged_by_the_next_one(seed_campaign, monke
     real, calls = os.fsync, []
 
     def second_fails(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):  # write_atomic's fsync of .cockpit/ after the rename
+            return real(fd)
         calls.append(fd)
         if len(calls) == 2:  # the plan froze, the run log's append did not
             raise OSError(errno.ENOSPC, "full")

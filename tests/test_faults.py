@@ -26,7 +26,8 @@ import psutil
 import pynvml as real_nvml
 import pytest
 
-from cockpit.live.engine import Engine, terminate_run_of
+from cockpit.live.engine import Engine
+from cockpit.live.runs import terminate_run_of
 from cockpit.live.gpu import GpuSampler, NvmlSource
 from cockpit.live.host import HostProcesses
 from cockpit.plan.load import load_campaign
@@ -188,10 +189,10 @@ def test_cli_note_on_a_full_disk_says_so_and_damages_nothing(seed_campaign):
 
 FULL_DISK_STATUS = r"""
 import errno, os, sys
-from cockpit.live import metrics
+from cockpit.common import files
 def full_disk(fd, data):
     raise OSError(errno.ENOSPC, "No space left on device")
-metrics.os.write = full_disk  # saving the reading positions fails; the run log was written before
+files.os.write = full_disk  # saving the reading positions fails; the run log was written before
 from cockpit.cli import main
 sys.exit(main(["status", sys.argv[1], "--json"]))
 """

@@ -14,16 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cockpit.live import metrics
-from cockpit.live.metrics import (
-    MetricsStream,
-    RunTrack,
-    SavedState,
-    last_metrics,
-    load_state,
-    save_state,
-    ts_seconds,
-)
+from cockpit.live import metric_values, metrics
+from cockpit.live import track as track_module
+from cockpit.live.metric_values import ts_seconds
+from cockpit.live.metrics import MetricsStream
+from cockpit.live.saved_state import SavedState, load_state, save_state
+from cockpit.live.track import RunTrack, last_metrics
 
 T0 = 1764489600.0  # 2025-11-30T08:00:00Z
 
@@ -193,7 +189,7 @@ def test_bad_lines_are_counted_with_their_numbers(path: Path):
     stream = MetricsStream("r", path)
     result = stream.poll()
     assert result.lines == 6 and result.records == 2 and result.bad == 4
-    assert stream.track.bad_samples == metrics.deque(
+    assert stream.track.bad_samples == track_module.deque(
         [(2, "not JSON"), (3, "not a JSON object"), (4, "not a JSON object"), (5, "not UTF-8")]
     )
     assert stream.track.last_step == 4
@@ -270,9 +266,9 @@ def test_metric_names_are_bounded(path: Path):
     write(path, *({"step": i, f"m{i}": 1.0} for i in range(1000)), {"step": 1000, "n" * 500: 1.0})
     stream = MetricsStream("r", path)
     stream.poll()
-    assert len(stream.track.metrics) <= metrics.METRICS_KEPT
+    assert len(stream.track.metrics) <= track_module.METRICS_KEPT
     assert "n" * 500 not in stream.track.metrics
-    assert stream.track.metric_names_dropped >= 1000 - metrics.METRICS_KEPT
+    assert stream.track.metric_names_dropped >= 1000 - track_module.METRICS_KEPT
 
 
 # ---------------------------------------------------------------- files that change under the reader
@@ -428,7 +424,7 @@ def test_step_rate_from_recent_points(path: Path):
     stream = MetricsStream("r", path)
     stream.poll()
     assert stream.track.steps_per_hour == pytest.approx(36000)
-    assert len(stream.track.rate_points) <= metrics.RATE_POINTS
+    assert len(stream.track.rate_points) <= track_module.RATE_POINTS
     # resumed from an earlier checkpoint at half the speed: the old points are forgotten
     write(path, *({"ts": T0 + 1200 + i, "step": 5000 + i * 5} for i in range(600)))
     stream.poll()
@@ -439,7 +435,7 @@ def test_rate_points_stay_bounded_over_a_long_stream(path: Path):
     write(path, *({"ts": T0 + i * 60, "step": i} for i in range(5000)))  # 3.5 days
     stream = MetricsStream("r", path)
     stream.poll()
-    assert len(stream.track.rate_points) == metrics.RATE_POINTS
+    assert len(stream.track.rate_points) == track_module.RATE_POINTS
     assert stream.track.steps_per_hour == pytest.approx(60)
 
 
@@ -652,8 +648,8 @@ def test_a_ts_outside_this_century_is_no_time(value):
 
 
 def test_the_century_bounds_and_milliseconds_are_times():
-    assert ts_seconds(metrics.TS_MIN) == metrics.TS_MIN and ts_seconds(metrics.TS_MAX) == metrics.TS_MAX
-    assert ts_seconds(metrics.TS_MAX * 1000) == metrics.TS_MAX
+    assert ts_seconds(metric_values.TS_MIN) == metric_values.TS_MIN and ts_seconds(metric_values.TS_MAX) == metric_values.TS_MAX
+    assert ts_seconds(metric_values.TS_MAX * 1000) == metric_values.TS_MAX
 
 
 def test_an_implausible_ts_is_a_counted_bad_field_and_the_line_still_counts(path: Path):

@@ -236,9 +236,9 @@ def test_a_run_id_is_required(tmp_path):
 def test_the_feed_refuses_the_run_ids_the_plan_refuses():
     """The feed keeps its own copy of the run id rule (it imports nothing else of cockpit): both agree."""
     from cockpit.feed import reporter
-    from cockpit.plan import campaign
+    from cockpit.plan import campaign, values
 
-    assert reporter.ID_PATTERN == campaign.ID_PATTERN and reporter.ID_RULE == campaign.ID_RULE
+    assert reporter.ID_PATTERN == values.ID_PATTERN and reporter.ID_RULE == values.ID_RULE
     with pytest.raises(ValueError) as feed_error:
         reporter.RunReporter("/tmp", "a/../x")
     with pytest.raises(ValueError) as plan_error:

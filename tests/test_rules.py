@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.live.metrics import MetricsStream, last_metrics, load_state, save_state
+from cockpit.live.metrics import MetricsStream
+from cockpit.live.saved_state import load_state, save_state
+from cockpit.live.track import last_metrics
 from cockpit.live.rules import CONFIG_CHANGED, RuleEvaluator, RuleState, Trigger
 from cockpit.plan.campaign import StopRule
 from cockpit.plan.load import load_campaign

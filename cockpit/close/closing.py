@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -47,7 +46,8 @@ from cockpit.close.summary import (
 )
 from cockpit.close.temp_folders import TempFolders, temp_roots_from_env
 from cockpit.close.verify import CLOSE_SOURCE, DeliverableVerdict, verify_deliverables
-from cockpit.common.layout import CLOSING_DIR, DIR_MODE, FILE_MODE, RUNLOG_FILE
+from cockpit.common.files import write_atomic
+from cockpit.common.layout import CLOSING_DIR, DIR_MODE, RUNLOG_FILE
 from cockpit.common.times import iso, parse_ts, utc_now
 from cockpit.close.ids import (
     IDS_SHOWN,
@@ -58,7 +58,7 @@ from cockpit.close.ids import (
     iter_id_batches,
 )
 from cockpit.errors import Finding
-from cockpit.live.metrics import load_state, state_file
+from cockpit.live.saved_state import load_state, state_file
 from cockpit.plan.campaign import Campaign
 from cockpit.plan.load import load_campaign
 from cockpit.plan.schedule import schedule
@@ -444,30 +444,12 @@ def _assemble(
 # ---------------------------------------------------------------- writing
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            temporary.unlink()
-        except OSError:
-            pass
-        raise
-
-
-
 def _write_folder(folder: Path, closing: ClosingOutcome, runlog_bytes: bytes) -> None:
     folder.mkdir(mode=DIR_MODE, exist_ok=True)
-    _write_atomic(folder / "summary.json", summary_json(closing.facts).encode("utf-8"))
-    _write_atomic(folder / "report.md", closing.report_markdown.encode("utf-8"))
-    _write_atomic(folder / "RELOAD.md", closing.reload_markdown.encode("utf-8"))
-    _write_atomic(folder / "plan.toml", closing.plan_text.encode("utf-8"))
-    _write_atomic(folder / RUNLOG_FILE, runlog_bytes)
-    _write_atomic(folder / "manifest.json", (json.dumps(closing.manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+    write_atomic(folder / "summary.json", summary_json(closing.facts).encode("utf-8"))
+    write_atomic(folder / "report.md", closing.report_markdown.encode("utf-8"))
+    write_atomic(folder / "RELOAD.md", closing.reload_markdown.encode("utf-8"))
+    write_atomic(folder / "plan.toml", closing.plan_text.encode("utf-8"))
+    write_atomic(folder / RUNLOG_FILE, runlog_bytes)
+    write_atomic(folder / "manifest.json", (json.dumps(closing.manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
 

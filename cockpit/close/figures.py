@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.common.times import parse_ts
-from cockpit.live.metrics import format_value
+from cockpit.live.metric_values import format_value
 
 CENT = Decimal("0.01")
 HASH_CHUNK = 1 << 20

@@ -14,7 +14,9 @@ from cockpit.close.figures import display_path, round_hours
 from cockpit.close.summary import PlannedRow
 from cockpit.common.layout import FROZEN_PLAN, STATE_DIR
 from cockpit.common.times import iso
-from cockpit.live.metrics import MetricsStream, SavedState, seconds_to_datetime
+from cockpit.live.metric_values import seconds_to_datetime
+from cockpit.live.metrics import MetricsStream
+from cockpit.live.saved_state import SavedState
 from cockpit.plan.campaign import Campaign, CampaignError
 from cockpit.plan.load import read_campaign_text
 from cockpit.plan.schedule import schedule

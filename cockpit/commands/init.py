@@ -11,6 +11,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from cockpit.plan import catalog
+from cockpit.common.files import write_atomic
 from cockpit.common.layout import CAMPAIGN_FILE
 from cockpit.plan.values import CENT
 from cockpit.errors import Finding, UsageError
@@ -43,7 +44,7 @@ def _price(text: str) -> Decimal:
     return amount.quantize(CENT)
 
 
-def _hours(value: float) -> str:
+def _half_hours(value: float) -> str:
     """Half hours at least one: 17.5, 18."""
     rounded = max(1.0, round(value * 2) / 2)
     return f"{rounded:g}"
@@ -108,8 +109,8 @@ def render(gpu: str, days: int, start: datetime, price: Decimal | None) -> str:
     gpus = entry.gpus_per_lot if entry else 1
     catalogue_price = catalog.price(gpu_name, days)
     window = days * 24.0
-    run_hours = _hours(min(window * 0.25, 24 * 7))
-    pilot_hours = _hours(min(2.0, float(run_hours) / 2))
+    run_hours = _half_hours(min(window * 0.25, 24 * 7))
+    pilot_hours = _half_hours(min(2.0, float(run_hours) / 2))
     if price is None:
         assert catalogue_price is not None
         price_line = f'price_usd = "{catalogue_price}"          # the catalogue\'s price for this lot; the price of the whole lot, never per hour'
@@ -238,8 +239,7 @@ def _write_schema(path: Path) -> bool:
     from cockpit.plan.schema import json_schema
 
     try:
-        with open(path, "x", encoding="utf-8") as handle:
-            handle.write(json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n")
+        write_atomic(path, json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n", mode=0o666, replace=False)
     except OSError:  # there already, or not writable: the campaign file is what matters
         return False
     return True
@@ -288,8 +288,7 @@ def run(args) -> int:
     text = render(gpu, days, start, price)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with open(target, "x", encoding="utf-8") as handle:  # "x": never over a file made meanwhile
-            handle.write(text)
+        write_atomic(target, text, mode=0o666, replace=False)  # never over a file made meanwhile; 0o666 as open() makes it (the umask decides)
     except FileExistsError:
         raise Finding(f"{target} already exists; nothing was written. Edit it, or give another folder to `cockpit init`") from None
     except OSError as error:

@@ -9,7 +9,7 @@ import threading
 from datetime import datetime
 
 from cockpit.common.text import escape_control, json_safe
-from cockpit.common.times import parse_ts, utc_now
+from cockpit.common.times import hours_text, parse_ts, utc_now
 from cockpit.errors import UsageError
 from cockpit.live.engine import Engine, env_nvml_source
 from cockpit.live.gpu import GpuSampler
@@ -22,9 +22,6 @@ RUN_COLUMN = 16  # the run ids' column; a longer id widens it, so columns never 
 def _local(moment: datetime | None) -> str:
     return moment.astimezone().strftime("%a %d %b %H:%M %Z") if moment else "–"
 
-
-def _hours(value: float | None) -> str:
-    return "–" if value is None else f"{value:.1f} h"
 
 
 def _value(value) -> str:
@@ -51,10 +48,10 @@ def render_text(snapshot: Snapshot) -> str:
         f"lot ends {_local(lot.end)}",
         "",
         f"clock     {clock.message or ''}",
-        f"          elapsed {_hours(clock.elapsed_hours)} · left {_hours(clock.remaining_hours)} · "
-        f"committed {_hours(clock.committed_hours)} of {_hours(clock.window_hours)} "
-        f"(uncommitted {_hours(clock.uncommitted_hours)})",
-        f"          remaining plan {_hours(clock.committed_remaining_hours)} · projected finish with retrieval "
+        f"          elapsed {hours_text(clock.elapsed_hours, 1)} · left {hours_text(clock.remaining_hours, 1)} · "
+        f"committed {hours_text(clock.committed_hours, 1)} of {hours_text(clock.window_hours, 1)} "
+        f"(uncommitted {hours_text(clock.uncommitted_hours, 1)})",
+        f"          remaining plan {hours_text(clock.committed_remaining_hours, 1)} · projected finish with retrieval "
         f"{_local(clock.projected_finish)}" + ("" if clock.fits is not False else " — PAST THE LOT'S END"),
         "",
     ]

@@ -37,7 +37,7 @@ def _say_start_and_drift(campaign: Campaign, log: RunLog) -> None:
 
 
 def stop(args) -> int:
-    from cockpit.live.engine import last_metrics_of_run, terminate_run_of, track_of
+    from cockpit.live.runs import last_metrics_of_run, terminate_run_of, track_of
 
     campaign, log = _open(args)
     decisions.require_run(campaign, args.run)

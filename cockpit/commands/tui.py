@@ -32,7 +32,7 @@ def require_terminal(hint: str) -> None:
 
 def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
     """Run the TUI over `engine` until the user quits; the engine is closed after the last tick."""
-    from cockpit.live.engine import terminate_run_of
+    from cockpit.live.runs import terminate_run_of
     from cockpit.tui.app import CockpitApp
 
     app = None

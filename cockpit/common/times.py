@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 Clock = Callable[[], datetime]
 
@@ -29,3 +29,16 @@ def parse_ts(text: str) -> datetime | None:
     except (TypeError, ValueError, AttributeError):
         return None
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def hours_in(delta: timedelta) -> float:
+    """A span as hours: 90 minutes → 1.5."""
+    return delta.total_seconds() / 3600.0
+
+
+def hours_text(value: float | None, digits: int | None = None, *, missing: str = "–") -> str:
+    """Hours for a person: "1.5 h" (`digits` None: as few digits as the value needs, `:g`),
+    "26.5 h" (`digits=1`); `missing` where there is no value."""
+    if value is None:
+        return missing
+    return f"{value:g} h" if digits is None else f"{value:.{digits}f} h"

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from enum import StrEnum
 from typing import Any
 
-from cockpit.common.times import utc_minute
+from cockpit.common.times import hours_in, utc_minute
 from cockpit.plan.schedule import Schedule, schedule
 
 RULE = "lot-window"
@@ -18,10 +19,15 @@ PENDING = "pending"
 # States in which an item takes no more lot time: a stopped or failed run is an expense, not work left.
 ENDED_STATES = frozenset({"finished", "stopped", "failed", "done", "killed", "crashed", "exited"})
 
-NO_START = "no_start"
-NOT_STARTED = "not_started"
-IN_PROGRESS = "running"
-ENDED = "ended"
+
+class ClockPhase(StrEnum):
+    """Where the lot is in its window (`ClockReading.phase`)."""
+
+    NO_START = "no_start"  # [lot] has no start: nothing to count from
+    NOT_STARTED = "not_started"
+    RUNNING = "running"
+    ENDED = "ended"
+
 # The farthest the clock projects: work measured to end later than this (one step a day of 10^12
 # steps) is shown as ending then, not as a date no calendar holds. A century past any lot's end.
 HORIZON_HOURS = 100 * 366 * 24.0
@@ -61,7 +67,7 @@ class WindowAlert:
 class ClockReading:
     """The lot clock at `now`. Hours are None where the lot has no start to count from."""
 
-    phase: str  # "no_start" | "not_started" | "running" | "ended"
+    phase: ClockPhase
     message: str
     now: datetime
     lot_start: datetime | None
@@ -82,7 +88,7 @@ class ClockReading:
     @property
     def started(self) -> bool:
         """The lot has a start and it has passed."""
-        return self.phase in (IN_PROGRESS, ENDED)
+        return self.phase in (ClockPhase.RUNNING, ClockPhase.ENDED)
 
     @property
     def fits(self) -> bool | None:
@@ -98,9 +104,6 @@ class ClockReading:
     def uncommitted_hours(self) -> float | None:
         return None if self.planned is None else self.window_hours - self.planned.committed_hours
 
-
-def _hours(delta: timedelta) -> float:
-    return delta.total_seconds() / 3600.0
 
 
 def projected(base: datetime, hours: float) -> datetime:
@@ -157,13 +160,13 @@ def _running_hours(item: Any, progress: ItemProgress, now: datetime) -> float:
     total = progress.total_steps or getattr(item, "total_steps", None)
     rate = progress.steps_per_hour
     if rate is None and progress.step and progress.started_at and progress.step_at:
-        spent = _hours(_utc(progress.step_at) - _utc(progress.started_at))
+        spent = hours_in(_utc(progress.step_at) - _utc(progress.started_at))
         if spent > 0:
             rate = progress.step / spent
     if total and progress.step is not None and rate and rate > 0:
         return min(HORIZON_HOURS, max(0.0, (total - progress.step) / rate))
     if progress.started_at is not None:
-        return max(0.0, float(item.hours) - _hours(now - _utc(progress.started_at)))
+        return max(0.0, float(item.hours) - hours_in(now - _utc(progress.started_at)))
     return float(item.hours)
 
 
@@ -221,7 +224,7 @@ def remaining_work(
                 left[item.id] = 0.0
                 finished_at[item.id] = end
             else:
-                left[item.id] = min(hours, _hours(end - now))
+                left[item.id] = min(hours, hours_in(end - now))
                 if begin < now:
                     under_way.add(item.id)
         else:
@@ -252,7 +255,7 @@ def lot_clock(
 
     if lot.start is None:
         return ClockReading(
-            phase=NO_START,
+            phase=ClockPhase.NO_START,
             message=(
                 "the lot clock needs [lot].start: add the lot's start to campaign.toml, "
                 "e.g. start = 2026-11-30T08:00:00Z"
@@ -282,17 +285,17 @@ def lot_clock(
     replan = schedule(order, lot.gpu_count, retrieval, hours=left)
     finish = projected(origin, replan.retrieval_start_hours)
     retrieval_end = projected(origin, replan.committed_hours)
-    overrun = max(0.0, _hours(retrieval_end - end))
-    elapsed = min(window, max(0.0, _hours(now - start)))
-    remaining = window if now < start else max(0.0, _hours(end - now))
+    overrun = max(0.0, hours_in(retrieval_end - end))
+    elapsed = min(window, max(0.0, hours_in(now - start)))
+    remaining = window if now < start else max(0.0, hours_in(end - now))
     unfinished = [i.id for i in items if left.get(i.id, 0.0) > 0]
 
     alerts: list[WindowAlert] = []
     if now < start:
-        phase = NOT_STARTED
-        message = f"the lot has not started: it starts at {_when(start)}, in {duration(_hours(start - now))}"
+        phase = ClockPhase.NOT_STARTED
+        message = f"the lot has not started: it starts at {_when(start)}, in {duration(hours_in(start - now))}"
     elif now < end:
-        phase = IN_PROGRESS
+        phase = ClockPhase.RUNNING
         message = (
             f"{duration(elapsed)} elapsed, {duration(remaining)} left; the lot ends at {_when(end)}"
         )
@@ -314,8 +317,8 @@ def lot_clock(
                     )
                 )
     else:
-        phase = ENDED
-        message = f"the lot ended at {_when(end)}, {duration(_hours(now - end))} ago"
+        phase = ClockPhase.ENDED
+        message = f"the lot ended at {_when(end)}, {duration(hours_in(now - end))} ago"
         alerts.append(
             WindowAlert(
                 key=f"{RULE}:ended",
@@ -329,8 +332,8 @@ def lot_clock(
                 level="critical",
             )
         )
-    if phase != ENDED and overrun > 0:
-        pace = "at the measured pace" if phase == IN_PROGRESS else "as planned"
+    if phase != ClockPhase.ENDED and overrun > 0:
+        pace = "at the measured pace" if phase == ClockPhase.RUNNING else "as planned"
         alerts.append(
             WindowAlert(
                 key=f"{RULE}:overrun",

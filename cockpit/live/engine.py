@@ -9,79 +9,47 @@ under the run log's lock, so a TUI and a headless watcher never log it twice), c
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from cockpit.common.layout import RUNS_DIR, state_dir
-from cockpit.common.times import iso, parse_ts, utc_minute, utc_now
+from cockpit.common.layout import state_dir
+from cockpit.common.times import iso, parse_ts, utc_now
+from cockpit.live.builtin_alerts import PILOT_DUE, STREAM_UNREADABLE, Pending, built_in_alerts, stream_identity
 from cockpit.live.clock import ItemProgress, lot_clock, projected
 from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
 from cockpit.live.host import HostProcesses
-from cockpit.live.metrics import (
-    MetricsStream,
-    RunTrack,
-    last_metrics,
-    load_state,
-    save_state,
-    seconds_to_datetime,
-    state_file,
-)
+from cockpit.live.metric_values import seconds_to_datetime
+from cockpit.live.metrics import MetricsStream
 from cockpit.live.rules import RuleEvaluator, RuleState, Trigger
-from cockpit.live.snapshot import (
-    AlertView,
-    ClockView,
-    GpuProcessView,
-    GpuView,
-    HostView,
-    LotView,
-    NvmlView,
-    RunView,
-    Snapshot,
+from cockpit.live.runs import (
+    CLOCK_STATES,
+    RunState,
+    run_start,
+    run_state,
+    start_bounds,
+    terminate_run_of,
+    undeclared_runs_notice,
 )
-from cockpit.plan.campaign import Campaign, CampaignError
+from cockpit.live.saved_state import load_state, save_state, state_file
+from cockpit.live.snapshot import AlertView, ClockView, GpuView, HostView, LotView, NvmlView, RunView, Snapshot
+from cockpit.live.track import last_metrics
+from cockpit.plan.campaign import Action, Campaign, CampaignError
 from cockpit.plan.load import read_campaign_text
 from cockpit.plan.schedule import schedule
+from cockpit.record.events import EventType
 from cockpit.record.runlog import RecordedState, RunLog, RunLogError, alert_key
 from cockpit.record.start import ensure_started, frozen_plan_text, plan_drift, start_in
 
 HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
 SAVE_EVERY_SECONDS = 15.0  # reading positions are saved this often (and at close), not every tick
 SOURCE_AUTO = "auto"
-# Built-in alerts: no [[stop_rule]] declares them.
-RUN_DIED = "run-died"
-STOPPED_STILL_RUNNING = "stopped-still-running"
-STREAM_UNREADABLE = "stream-unreadable"
-PILOT_DUE = "pilot-due"
-STOPPED_GRACE_SECONDS = 120.0  # lines this long after a stop are a shutdown's last words, not a run going on
 DEAD_OUTCOMES = ("ended", "reused", "not-the-run")  # the pid is no longer the run's process
 UNDECLARED_SCAN_SECONDS = 60.0  # runs/ is listed this often for folders the campaign does not declare
-
-
-def _run_start(track: RunTrack) -> float | None:
-    started = track.started or {}
-    ts = started.get("ts")
-    return ts if isinstance(ts, (int, float)) else track.first_started_ts
-
-
-def _start_bounds(track: RunTrack) -> dict[str, float]:
-    """A start taken from when the `started` line was read only bounds the process's start from
-    above (it began before the line was read): no "started too long before" check then."""
-    return {"startup_allowance_s": math.inf} if track.started and track.started_ts_read else {}
-
-
-@dataclass
-class _Pending:
-    """An alert or auto-stop the disk refused, kept to be written at the next tick."""
-
-    key: str
-    fields: dict[str, Any]
-    line: int | None = None  # the metrics line that triggered it, with the stream's inode in fields
 
 
 class Engine:
@@ -119,7 +87,7 @@ class Engine:
         # (alert key, stream inode, stream generation, line) of every alert logged
         self._logged_lines: set[tuple[str, Any, Any, Any]] = set()
         self._bad_log_lines = 0
-        self._unwritten: list[_Pending] = []  # alerts the run log refused (a full disk), retried each tick
+        self._unwritten: list[Pending] = []  # alerts the run log refused (a full disk), retried each tick
         self._stops_due: list[Trigger] = []  # auto-stops not yet recorded, likewise
         self._standing: set[str] = set()  # standing conditions (window, lost GPU) present at the last tick
         self._rearmed: set[str] = set()  # standing conditions that cleared since they were logged
@@ -212,18 +180,18 @@ class Engine:
             self._recorded.apply(events)
             self._logged_lines |= _alert_lines(events)
             for event in events:  # an acknowledgement, from any process, re-arms the rule
-                if event["type"] == "ack" and event.get("run"):
+                if event["type"] == EventType.ACK and event.get("run"):
                     self.evaluator.acknowledge(str(event.get("rule")), str(event["run"]))
         return self._recorded
 
     def _to_log(
-        self, pending: list[_Pending], open_keys: set[str], logged_lines: set[tuple[str, Any, Any, Any]]
-    ) -> tuple[list[_Pending], list[_Pending]]:
+        self, pending: list[Pending], open_keys: set[str], logged_lines: set[tuple[str, Any, Any, Any]]
+    ) -> tuple[list[Pending], list[Pending]]:
         """(alerts to write, alerts already logged for the same line of the same file)."""
         open_keys = set(open_keys)
         ever_keys = {identity[0] for identity in logged_lines}
-        keep: list[_Pending] = []
-        repeated: list[_Pending] = []
+        keep: list[Pending] = []
+        repeated: list[Pending] = []
         for item in pending:
             if item.key in open_keys:
                 continue
@@ -236,7 +204,7 @@ class Engine:
             open_keys.add(item.key)
         return keep, repeated
 
-    def _log_alerts(self, pending: list[_Pending]) -> list[dict[str, Any]]:
+    def _log_alerts(self, pending: list[Pending]) -> list[dict[str, Any]]:
         """Append each alert not already open (nor logged for the same line); the lock is taken only
         when the run log as followed so far leaves something to write."""
         open_keys = {a.key for a in self._recorded.active_alerts}
@@ -255,7 +223,7 @@ class Engine:
                 start_in(tx, self.campaign, events)
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
-                written.append(tx.append("alert", key=item.key, **fields))
+                written.append(tx.append(EventType.ALERT, key=item.key, **fields))
                 if item.key in self._rearmed:
                     self._rearmed.discard(item.key)
                     self._unsaved = True
@@ -295,7 +263,7 @@ class Engine:
                 if pid is None or sees is False:
                     alive[run_id] = None  # `stalled` goes on silence alone
                 else:
-                    check = self.host.check(pid, _run_start(stream.track), **_start_bounds(stream.track))
+                    check = self.host.check(pid, run_start(stream.track), **start_bounds(stream.track))
                     alive[run_id] = check.ok
                     if sees and not check.ok and check.outcome in DEAD_OUTCOMES:
                         # judged only where the pid means what it meant to the run; read once more first:
@@ -318,16 +286,16 @@ class Engine:
             reading = lot_clock(self.plan, now, {}, self.planned)
 
         pending = [
-            _Pending(
+            Pending(
                 f"{t.rule_id}|{t.run_id}",
                 {**t.event_fields(), **self._stream_identity(t.run_id)},
                 t.line,
             )
             for t in triggers
         ]
-        pending += self._built_in_alerts(now, recorded, alive, dead, run_pids)
+        pending += self._built_in(now, recorded, alive, dead, run_pids)
         window = [
-            _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
+            Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts
         ]
         # Before the lot starts a window alert (the plan overruns) is planning advice: shown, not logged,
@@ -336,7 +304,7 @@ class Engine:
         pending += window if reading.started else []
         for alert in gpu_snapshot.alerts:
             key = f"{alert.rule}:{alert.gpu_index}" if alert.gpu_index is not None else alert.rule
-            pending.append(_Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": True}))
+            pending.append(Pending(key, {"rule": alert.rule, "run": None, "message": alert.message, "severity": "critical", "gpu": alert.gpu_index, "once": True}))
         standing = {p.key for p in pending if p.fields.get("once")}
         rearmed = len(self._rearmed)
         self._rearmed |= self._standing - standing  # a condition that cleared may be said again
@@ -349,7 +317,7 @@ class Engine:
         # Alerts the disk refused earlier come first: kept and retried until they are on disk.
         seen = {(p.key, p.line) for p in self._unwritten}
         pending = self._unwritten + [p for p in pending if (p.key, p.line) not in seen]
-        unrecorded: list[_Pending] = []
+        unrecorded: list[Pending] = []
         try:
             if self._log_alerts(pending):
                 recorded = self._follow_log()
@@ -360,7 +328,7 @@ class Engine:
             if str(error) not in self.notices:
                 self.notices.append(str(error))
 
-        self._stops_due += [t for t in triggers if t.action == "stop"]
+        self._stops_due += [t for t in triggers if t.action == Action.stop]
         due, self._stops_due = self._stops_due, []
         for trigger in due:
             if recorded.stop_of(trigger.run_id) is not None:
@@ -387,83 +355,11 @@ class Engine:
         return message
 
     def _stream_identity(self, run_id: str) -> dict[str, Any]:
-        stream = self.streams[run_id]
-        return {"stream_inode": stream.position.inode, "stream_generation": stream.generation}
+        return stream_identity(self.streams[run_id])
 
-    def _built_in_alerts(
-        self, now: datetime, recorded: RecordedState, alive: dict[str, bool | None], dead: dict[str, Any],
-        run_pids: dict[str, int],
-    ) -> list[_Pending]:
-        """The alerts no campaign declares: a run's process gone without `finished`, a stopped run
-        still writing, a stream that cannot be read, the pilot decision due."""
-        pending: list[_Pending] = []
-        now_s = now.timestamp()
-
-        def alert(rule: str, run_id: str | None, message: str, severity: str, line: int | None = None, **fields: Any) -> None:
-            key = f"{rule}|{run_id or ''}"
-            body = {"rule": rule, "run": run_id, "message": message, "severity": severity, **fields}
-            if line is None:
-                body["once"] = True  # a standing condition: said once while it holds
-            else:
-                body["line"] = line  # the stream's line it is about: logged once per line of each writing
-            pending.append(_Pending(key, body, line))
-
-        for run_id, stream in self.streams.items():
-            track = stream.track
-            stop = recorded.stop_of(run_id)
-            if stream.error:
-                alert(STREAM_UNREADABLE, run_id,
-                      f"{run_id}: its metrics cannot be read: {stream.error}; no rule sees its lines until the path "
-                      "holds a readable file (check [[run]] metrics in campaign.toml, the file's type and permissions)",
-                      "critical")
-            check = dead.get(run_id)
-            if check is not None and stop is None and track.finished is None and track.started:
-                pid = track.started["pid"]
-                gone = {"reused": "its pid now belongs to another process",
-                        "not-the-run": "its pid belongs to a process older than the run"}.get(check.outcome, "it has ended")
-                silence = _ago(now_s - track.last_line_ts) if track.last_line_ts is not None else "no line yet"
-                step = "none" if track.last_step is None else str(track.last_step)
-                alert(RUN_DIED, run_id,
-                      f"{run_id}: its process (pid {pid}) died without a `finished` event ({gone}); "
-                      f"last step {step}, last line {silence}",
-                      "critical", track.started.get("line"), pid=pid, step=track.last_step, **self._stream_identity(run_id))
-            if stop is not None and track.finished is None and alive.get(run_id) is not False:
-                stopped_at = _parse(stop.get("ts"))
-                if stopped_at is not None and track.last_ts is not None and track.last_ts > stopped_at.timestamp() + STOPPED_GRACE_SECONDS:
-                    alert(STOPPED_STILL_RUNNING, run_id, self._still_running_text(run_id, stop, stopped_at, now_s, alive, run_pids),
-                          "critical", pid=run_pids.get(run_id), step=track.last_step)
-
-        self.pilot_due_at = None
-        pilot = self.plan.model.pilot
-        stream = self.streams.get(pilot.run) if pilot is not None else None
-        if pilot is not None and stream is not None and recorded.pilot_decision is None:
-            start = _run_start(stream.track) or stream.track.first_ts
-            due = seconds_to_datetime(start + pilot.decide_after_hours * 3600.0) if start is not None else None
-            if due is not None and now >= due:
-                self.pilot_due_at = due
-                alert(PILOT_DUE, pilot.run,
-                      f"pilot decision due: {pilot.run} started {_utc_text(seconds_to_datetime(start))} and the "
-                      f"{pilot.decide_after_hours:g} h set for the decision passed at {_utc_text(due)}; record it: "
-                      "continue, drop-optional or revise (key d, or `cockpit decide DIR ...`)",
-                      "warning", due=iso(due))
+    def _built_in(self, now, recorded, alive, dead, run_pids) -> list[Pending]:
+        pending, self.pilot_due_at = built_in_alerts(self.streams, self.plan, now, recorded, alive, dead, run_pids)
         return pending
-
-    def _still_running_text(self, run_id, stop, stopped_at, now_s, alive, run_pids) -> str:
-        track = self.streams[run_id].track
-        signal = stop.get("signal") or {}
-        sent = "SIGTERM was sent" if signal.get("sent") else "no signal was sent"
-        step = f", step {track.last_step}" if track.last_step is not None else ""
-        pid = run_pids.get(run_id)
-        if pid is not None and alive.get(run_id):
-            how = f"send it the signal: kill -TERM {pid} (its own process, checked)"
-        elif pid is not None:
-            how = f"its pid {pid} is in another pid namespace or on another host: send SIGTERM where it runs (e.g. docker kill --signal TERM …)"
-        else:
-            how = "it reported no pid: send SIGTERM where it runs"
-        return (
-            f"{run_id}: recorded as stopped at {_utc_text(stopped_at)} ({sent}) but its process goes on writing metrics "
-            f"(last line {_ago(now_s - track.last_ts)}{step}): the lot is still paying for it; {how}"
-        )
 
     def _settle_pilot(self, recorded: RecordedState) -> RecordedState:
         """A recorded pilot decision answers `pilot-due`: its open alert is acknowledged for it."""
@@ -479,43 +375,12 @@ class Engine:
         return self._follow_log()
 
     def _undeclared_notice(self) -> str | None:
-        """One notice for metrics folders under runs/ that no declared id owns (a typo in a run id
-        reads as a run that never reports); listed now and then, never every tick."""
+        """The notice on metrics folders under runs/ that no declared id owns, listed now and then
+        (every UNDECLARED_SCAN_SECONDS), never every tick."""
         moment = self._monotonic()
-        if self._undeclared_at is not None and moment - self._undeclared_at < UNDECLARED_SCAN_SECONDS:
-            return self._undeclared
-        self._undeclared_at = moment
-        folder = self.directory / RUNS_DIR
-        declared = {item.id for item in self.campaign.items}
-        used = set()
-        for run in self.campaign.runs:
-            for path in (run.metrics_path(self.directory), run.checkpoints_path(self.directory)):
-                try:
-                    used.add(path.relative_to(folder).parts[0])
-                except (ValueError, IndexError):
-                    pass
-        names = []
-        try:
-            with os.scandir(folder) as entries:
-                for entry in entries:
-                    if entry.name.startswith(".") or entry.name in declared or entry.name in used:
-                        continue
-                    try:
-                        if entry.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(entry.path, "metrics.jsonl")):
-                            names.append(entry.name)
-                    except OSError:
-                        continue
-        except OSError:
-            names = []
-        if not names:
-            self._undeclared = None
-        else:
-            names.sort()
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            self._undeclared = (
-                f"runs/ holds metrics of {len(names)} id{'s' if len(names) != 1 else ''} the campaign does not declare "
-                f"({shown}): they are ignored; declare each as a [[run]] in campaign.toml, or move it out of runs/"
-            )
+        if self._undeclared_at is None or moment - self._undeclared_at >= UNDECLARED_SCAN_SECONDS:
+            self._undeclared_at = moment
+            self._undeclared = undeclared_runs_notice(self.campaign)
         return self._undeclared
 
     def _log_run_starts(self, recorded: RecordedState) -> None:
@@ -531,12 +396,12 @@ class Engine:
         try:
             with self.log.transaction() as tx:
                 events = tx.read().events
-                logged |= {(e.get("run"), e.get("metric_ts")) for e in events if e["type"] == "run_started"}
+                logged |= {(e.get("run"), e.get("metric_ts")) for e in events if e["type"] == EventType.RUN_STARTED}
                 for run_id, started in new:
                     ts = _ts_text(started.get("ts"))
                     if (run_id, ts) not in logged:
                         start_in(tx, self.campaign, events)  # likewise: `campaign_started` first
-                        tx.append("run_started", run=run_id, pid=started.get("pid"),
+                        tx.append(EventType.RUN_STARTED, run=run_id, pid=started.get("pid"),
                                   config_sha256=started.get("config_sha256"), metric_ts=ts)
         except RunLogError as error:
             if str(error) not in self.notices:
@@ -569,16 +434,15 @@ class Engine:
             if not track.lines and not track.started:
                 continue
             stop = recorded.stop_of(run.id)
-            state = _state(track, stop, alive[run.id], bool(self.streams[run.id].error))
+            state = run_state(track, stop, alive[run.id], bool(self.streams[run.id].error))
             ended_at = None
             if stop:
                 ended_at = _parse(stop.get("ts"))
             elif track.finished:
                 ended_at = seconds_to_datetime(track.finished.get("ts"))
-            clock_state = {"planned": "pending", "ended": "failed", "quiet": "running", "unreadable": "running"}.get(state, state)
             progress[run.id] = ItemProgress(
-                state=clock_state,
-                started_at=seconds_to_datetime(_run_start(track) or track.first_ts),
+                state=CLOCK_STATES.get(state, state),
+                started_at=seconds_to_datetime(run_start(track) or track.first_ts),
                 ended_at=ended_at,
                 step=track.last_step,
                 step_at=seconds_to_datetime(track.last_ts),
@@ -595,28 +459,7 @@ class Engine:
                 utilization.append(float(sample.utilization_percent))
             if sample.memory_used_bytes is not None and sample.memory_total_bytes:
                 memory.append(100.0 * sample.memory_used_bytes / sample.memory_total_bytes)
-            views.append(
-                GpuView(
-                    index=sample.index,
-                    name=sample.name,
-                    utilization_percent=sample.utilization_percent,
-                    memory_used_bytes=sample.memory_used_bytes,
-                    memory_total_bytes=sample.memory_total_bytes,
-                    temperature_c=sample.temperature_c,
-                    power_watts=sample.power_draw_w,
-                    power_limit_watts=sample.power_limit_w,
-                    sm_clock_mhz=sample.sm_clock_mhz,
-                    memory_clock_mhz=sample.memory_clock_mhz,
-                    throttle_reasons=sample.slowed_by,
-                    processes=tuple(
-                        GpuProcessView(p.pid, p.used_memory_bytes, process_runs.get(p.pid)) for p in sample.processes or ()
-                    ),
-                    lost=sample.lost,
-                    simulated=sample.simulated,
-                    utilization_history=tuple(utilization),
-                    memory_history=tuple(memory),
-                )
-            )
+            views.append(GpuView.of(sample, process_runs, utilization, memory))
         return tuple(views)
 
     def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded=()) -> Snapshot:
@@ -639,14 +482,14 @@ class Engine:
             stop = recorded.stop_of(run.id)
             values = track.metric_values
             rate = track.steps_per_hour
-            state = _state(track, stop, alive.get(run.id), bool(self.streams[run.id].error))
+            state = run_state(track, stop, alive.get(run.id), bool(self.streams[run.id].error))
             eta = None
-            if state == "running" and run.total_steps and track.last_step is not None and rate and rate > 0:
+            if state == RunState.RUNNING and run.total_steps and track.last_step is not None and rate and rate > 0:
                 base = seconds_to_datetime(track.last_ts) or now
                 eta = projected(base, max(0, run.total_steps - track.last_step) / rate)
             advice = None
             save_seconds = (track.checkpoint or {}).get("seconds")
-            if state == "running" and isinstance(save_seconds, (int, float)) and save_seconds > 0:
+            if state == RunState.RUNNING and isinstance(save_seconds, (int, float)) and save_seconds > 0:
                 from cockpit.live.cadence import save_advice  # a large module, needed only once runs save
 
                 try:
@@ -693,7 +536,7 @@ class Engine:
                 message=str(a.event.get("message", "")),
                 ts=_parse(a.event.get("ts")),
                 seq=a.event.get("seq"),
-                severity=str(a.event.get("severity") or ("critical" if a.event.get("action") == "stop" else "warning")),
+                severity=str(a.event.get("severity") or ("critical" if a.event.get("action") == Action.stop else "warning")),
                 key=a.key,
             )
             for a in reversed(recorded.active_alerts)
@@ -708,50 +551,13 @@ class Engine:
             )
             for p in unrecorded
         )
-        host = self.host.host(self.directory)
         return Snapshot(
             taken_at=now,
-            lot=LotView(
-                campaign_id=campaign.id,
-                question=campaign.model.question,
-                gpu_model=lot.gpu_model,
-                gpus=lot.gpu_count,
-                days=lot.days,
-                price_usd=self.plan.price,
-                order_ref=lot.order_ref,
-                start=lot.start,
-                end=lot.end,
-            ),
-            clock=ClockView(
-                now=now,
-                started=reading.started,
-                elapsed_hours=reading.elapsed_hours,
-                remaining_hours=reading.remaining_hours,
-                window_hours=reading.window_hours,
-                committed_hours=self.planned.committed_hours,
-                committed_remaining_hours=reading.committed_remaining_hours,
-                uncommitted_hours=reading.window_hours - self.planned.committed_hours,
-                projected_finish=reading.projected_retrieval_end,
-                retrieval_hours=reading.retrieval_hours,
-                fits=reading.fits,
-                message=reading.message,
-            ),
-            nvml=NvmlView(
-                available=gpu_snapshot.available,
-                reason=gpu_snapshot.reason,
-                simulated=gpu_snapshot.simulated,
-                sample_age_seconds=gpu_snapshot.age_seconds(now),
-                warnings=tuple(gpu_snapshot.warnings),
-            ),
+            lot=LotView.of(lot, campaign_id=campaign.id, question=campaign.model.question, price_usd=self.plan.price),
+            clock=ClockView.of(reading, now),
+            nvml=NvmlView.of(gpu_snapshot, now),
             gpus=self._gpu_views(gpu_snapshot, process_runs),
-            host=HostView(
-                cpu_percent=host.cpu_percent,
-                memory_used_bytes=host.memory_used_bytes,
-                memory_total_bytes=host.memory_total_bytes,
-                disk_used_bytes=host.disk_used_bytes,
-                disk_total_bytes=host.disk_total_bytes,
-                disk_free_bytes=host.disk_free_bytes,
-            ),
+            host=HostView.of(self.host.host(self.directory)),
             runs=tuple(runs),
             alerts=alerts,
             notices=tuple(dict.fromkeys(notices)),
@@ -760,26 +566,13 @@ class Engine:
 
 
 def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any, Any]]:
-    return {_line_identity(alert_key(e), e, e.get("line")) for e in events if e["type"] == "alert"}
+    return {_line_identity(alert_key(e), e, e.get("line")) for e in events if e["type"] == EventType.ALERT}
 
 
 def _line_identity(key: str, fields: dict[str, Any], line: Any) -> tuple[str, Any, Any, Any]:
     """What makes an alert the same alert of the same line: its key, the stream's inode and
     generation (a rewritten file is a new writing even where the inode number comes back), the line."""
     return (key, fields.get("stream_inode"), fields.get("stream_generation"), line)
-
-
-def _ago(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
-
-
-def _utc_text(moment: datetime | None) -> str:
-    return utc_minute(moment) if moment else "an unknown time"
 
 
 def _ts_text(seconds: Any) -> str | None:
@@ -789,57 +582,6 @@ def _ts_text(seconds: Any) -> str | None:
 
 def _parse(text: Any) -> datetime | None:
     return parse_ts(text) if isinstance(text, str) else None
-
-
-def _state(track: RunTrack, stop: dict[str, Any] | None, alive: bool | None, unreadable: bool = False) -> str:
-    if stop is not None:
-        return "stopped"
-    if unreadable:
-        return "unreadable"  # its metrics path holds no readable file: nothing it says is seen
-    if track.finished is not None:
-        return "finished" if track.finished_cleanly else "failed"
-    if not track.lines and not track.started:
-        return "planned"
-    if alive is False:
-        return "ended"  # its process is gone and it never said `finished`
-    return "running"
-
-
-# ---------------------------------------------------------------- for the command line
-
-
-def track_of(campaign: Campaign, run_id: str) -> RunTrack | None:
-    """The run's summary, brought up to date from the saved position (reads only new bytes)."""
-    run = campaign.run(run_id)
-    if run is None:
-        return None
-    path = run.metrics_path(campaign.directory)
-    saved = load_state(state_file(campaign.directory))
-    stream = saved.stream(run_id, path)
-    stream.poll()
-    return stream.track
-
-
-def last_metrics_of_run(campaign: Campaign, run_id: str, *, track: RunTrack | None = None) -> dict[str, Any]:
-    """The run's last step and metric values, for a stop event ({} when it has reported nothing)."""
-    track = track or track_of(campaign, run_id)
-    if track is None or (not track.lines and not track.started):
-        return {}
-    return last_metrics(track)
-
-
-def terminate_run_of(
-    campaign: Campaign, run_id: str, *, host: HostProcesses | None = None, track: RunTrack | None = None
-) -> dict[str, Any]:
-    """SIGTERM to the run's own process only: the pid of its `started` event, checked to be the
-    same user's and started when the run said it started (a reused pid is never signalled)."""
-    track = track or track_of(campaign, run_id)
-    started = (track.started if track else None) or {}
-    pid = started.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool):
-        return {"sent": False, "detail": f"run '{run_id}' has reported no pid (no `started` event), so no process was signalled"}
-    result = (host or HostProcesses()).terminate_run(pid, _run_start(track), **_start_bounds(track))
-    return {"sent": result.sent, "pid": pid, "outcome": result.outcome, "detail": result.message}
 
 
 def env_nvml_source() -> Any:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from cockpit.common.times import utc_minute
-from cockpit.live.metrics import RunTrack, as_step, format_value, seconds_to_datetime, ts_seconds
+from cockpit.common.times import hours_text, utc_minute
+from cockpit.live.metric_values import as_step, format_value, seconds_to_datetime, ts_seconds
+from cockpit.live.track import RunTrack
 from cockpit.plan.campaign import Action, RuleKind, StopRule
 
 CONFIG_CHANGED = "config-changed"  # the rule id of "a new configuration under an old run id"
@@ -28,7 +29,7 @@ class Trigger:
 
     rule_id: str
     run_id: str
-    action: str  # "alert" | "stop"
+    action: str  # an Action's value: "alert" | "stop"
     message: str
     value: float | int | str | None = None
     step: int | None = None
@@ -79,9 +80,6 @@ class RuleState:
                     pairs.add((pair[0], pair[1]))
         return cls(pairs)
 
-
-def _hours(value: float) -> str:
-    return f"{value:g} h"
 
 
 def _action(rule: StopRule) -> str:
@@ -224,7 +222,7 @@ class RuleEvaluator:
                 continue
             started = seconds_to_datetime(start)
             when = utc_minute(started) if started else "its start"
-            text = f"no verified resume within {_hours(rule.within_hours or 0)} of the run's start ({when})"
+            text = f"no verified resume within {hours_text(rule.within_hours or 0)} of the run's start ({when})"
             self._fire(sink, rule, run_id, text, None, track.last_step, None, None, moment)
         if alive is not False and track.last_line_ts is not None:
             quiet_minutes = (now_s - track.last_line_ts) / 60.0

@@ -1,14 +1,36 @@
 """The frozen snapshot of a campaign at one moment: what the engine produces and every view
-(the TUI, `status`, `status --json`) renders. Plain data, no behaviour beside its JSON form."""
+(the TUI, `status`, `status --json`) renders. Plain data, no behaviour beside its JSON form.
+
+A view type takes what its source record (a GPU sample, the host sample, the clock reading, the
+lot) says under the same name as it is (`_from_source`): each `of()` names only what the view
+calls differently or adds, so a field added to both needs no copying code.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from cockpit.common.times import iso
+
+if TYPE_CHECKING:
+    from cockpit.live.clock import ClockReading
+    from cockpit.live.gpu import GpuProcess, GpuSample, GpuSnapshot
+    from cockpit.live.host import HostSample
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _from_source(view: type, source: Any, **given: Any) -> Any:
+    """A `view` whose fields not in `given` are read from `source` under the same names.
+    `given` is for what the view names differently, or means differently under the same name."""
+    names = _FIELD_NAMES.get(view)
+    if names is None:
+        names = _FIELD_NAMES[view] = tuple(f.name for f in fields(view))
+    return view(**{name: getattr(source, name) for name in names if name not in given}, **given)
 
 
 @dataclass(frozen=True)
@@ -24,6 +46,11 @@ class LotView:
     order_ref: str | None
     start: datetime | None
     end: datetime | None
+
+    @classmethod
+    def of(cls, lot: Any, *, campaign_id: str, question: str | None, price_usd: Decimal) -> LotView:
+        """From the campaign's [lot] table (`plan.campaign.Lot`)."""
+        return _from_source(cls, lot, campaign_id=campaign_id, question=question, gpus=lot.gpu_count, price_usd=price_usd)
 
 
 @dataclass(frozen=True)
@@ -43,6 +70,12 @@ class ClockView:
     fits: bool | None  # projected finish (retrieval included) before the lot's end
     message: str | None = None  # e.g. "[lot] has no start: the clock needs one"
 
+    @classmethod
+    def of(cls, reading: ClockReading, now: datetime) -> ClockView:
+        """From the clock's reading at `now` (the snapshot's moment as the engine's clock gave it):
+        the view's projected finish is the end of retrieval."""
+        return _from_source(cls, reading, now=now, projected_finish=reading.projected_retrieval_end)
+
 
 @dataclass(frozen=True)
 class NvmlView:
@@ -54,6 +87,10 @@ class NvmlView:
     sample_age_seconds: float | None = None
     warnings: tuple[str, ...] = ()
 
+    @classmethod
+    def of(cls, gpus: GpuSnapshot, now: datetime) -> NvmlView:
+        return _from_source(cls, gpus, sample_age_seconds=gpus.age_seconds(now), warnings=tuple(gpus.warnings))
+
 
 @dataclass(frozen=True)
 class GpuProcessView:
@@ -62,6 +99,11 @@ class GpuProcessView:
     pid: int
     used_memory_bytes: int | None
     run: str | None
+
+    @classmethod
+    def of(cls, process: GpuProcess, runs: Mapping[int, str]) -> GpuProcessView:
+        """`runs`: pid → the run it belongs to, where known."""
+        return _from_source(cls, process, run=runs.get(process.pid))
 
 
 @dataclass(frozen=True)
@@ -85,6 +127,23 @@ class GpuView:
     utilization_history: tuple[float, ...] = ()  # oldest first, bounded
     memory_history: tuple[float, ...] = ()  # percent used, oldest first, bounded
 
+    @classmethod
+    def of(
+        cls, sample: GpuSample, process_runs: Mapping[int, str], utilization_history: Iterable[float],
+        memory_history: Iterable[float],
+    ) -> GpuView:
+        """From one GPU sample. The view's throttle reasons are those that slow a run down (the
+        sample's own `throttle_reasons` also holds idle and settings), and its power is in watts."""
+        return _from_source(
+            cls, sample,
+            power_watts=sample.power_draw_w,
+            power_limit_watts=sample.power_limit_w,
+            throttle_reasons=sample.slowed_by,
+            processes=tuple(GpuProcessView.of(p, process_runs) for p in sample.processes or ()),
+            utilization_history=tuple(utilization_history),
+            memory_history=tuple(memory_history),
+        )
+
 
 @dataclass(frozen=True)
 class HostView:
@@ -97,6 +156,10 @@ class HostView:
     disk_total_bytes: int | None
     disk_free_bytes: int | None
 
+    @classmethod
+    def of(cls, host: HostSample) -> HostView:
+        return _from_source(cls, host)
+
 
 @dataclass(frozen=True)
 class RunView:
@@ -105,7 +168,7 @@ class RunView:
     id: str
     role: str
     tier: str
-    state: str  # planned | running | finished | failed | stopped | ended (process gone without `finished`) | unreadable (its metrics path holds no readable file)
+    state: str  # a RunState (cockpit/live/runs.py): planned | running | finished | failed | stopped | ended | unreadable
     step: int | None
     total_steps: int | None
     loss: float | None
@@ -169,7 +232,8 @@ def _time(value: datetime | None) -> str | None:
     return iso(value) if value else None
 
 
-def _hours(value: float | None) -> float | None:
+def _rounded_hours(value: float | None) -> float | None:
+    """Hours in `status --json`: to the 3rd decimal (3.6 s)."""
     return None if value is None else round(value, 3)
 
 
@@ -198,12 +262,12 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
             "end": _time(lot.end),
         },
         "started": clock.started,
-        "elapsed_hours": _hours(clock.elapsed_hours),
-        "remaining_hours": _hours(clock.remaining_hours),
-        "window_hours": _hours(clock.window_hours),
-        "committed_hours": _hours(clock.committed_hours),
-        "committed_remaining_hours": _hours(clock.committed_remaining_hours),
-        "uncommitted_hours": _hours(clock.uncommitted_hours),
+        "elapsed_hours": _rounded_hours(clock.elapsed_hours),
+        "remaining_hours": _rounded_hours(clock.remaining_hours),
+        "window_hours": _rounded_hours(clock.window_hours),
+        "committed_hours": _rounded_hours(clock.committed_hours),
+        "committed_remaining_hours": _rounded_hours(clock.committed_remaining_hours),
+        "uncommitted_hours": _rounded_hours(clock.uncommitted_hours),
         "projected_finish": _time(clock.projected_finish),
         "fits": clock.fits,
         "clock_message": clock.message,

@@ -25,30 +25,24 @@ from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le, MinLen
 
-from cockpit.common.layout import CHECKPOINTS_DIR, METRICS_FILE, RUNS_DIR
+from cockpit.common.layout import CAMPAIGN_FILE, CHECKPOINTS_DIR, METRICS_FILE, RUNS_DIR
 from cockpit.plan import catalog
-from cockpit.plan.values import (  # noqa: F401  the limits and patterns are read from here too
-    CAMPAIGN_FILE,
-    SCHEMA,
-    CENT,
-    MONEY_DIGITS,
+from cockpit.plan.values import (
+    _ID,
+    ID_PATTERN,
+    ID_RULE,
+    MAX_GPU_INDEX,
     MAX_HOURS,
     MAX_STEPS,
-    MAX_GPU_INDEX,
-    ID_NAME,
-    ID_PATTERN,
-    DELIVERABLE_ID_PATTERN,
-    ID_RULE,
-    _ID,
-    _shown,
-    Money,
-    PositiveHours,
-    Identifier,
     DeliverableId,
-    LotStart,
-    SchemaVersion,
     Finite,
+    Identifier,
+    LotStart,
+    Money,
     Pattern,
+    PositiveHours,
+    SchemaVersion,
+    _shown,
 )
 
 # ---------------------------------------------------------------- paths derived from ids

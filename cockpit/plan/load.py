@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cockpit.plan.campaign import CAMPAIGN_FILE, Campaign, CampaignError, CampaignFinding
+from cockpit.common.layout import CAMPAIGN_FILE
+from cockpit.plan.campaign import Campaign, CampaignError, CampaignFinding
 from cockpit.plan.schema import validate_text
 
 

@@ -70,7 +70,7 @@ class Schedule:
 TICKS = 10**9  # nanohours in an hour: exact for any decimal of up to 9 places
 
 
-def _hours(value: Any, what: str) -> int:
+def _nanohours(value: Any, what: str) -> int:
     """Hours as whole nanohours: 0.1 → 100_000_000, whatever the float's binary expansion."""
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
         raise ValueError(f"{what}: hours must be a number (got {value!r})")
@@ -151,7 +151,7 @@ def schedule(
         raise ValueError(f"a lot holds at least one GPU (got {gpu_count})")
     if lots < 1:
         raise ValueError(f"at least one lot (got {lots})")
-    retrieval = _hours(retrieval_hours, "retrieval")
+    retrieval = _nanohours(retrieval_hours, "retrieval")
     overrides = dict(hours or {})
     keep = None if keep_tiers is None else {_text(t) for t in keep_tiers}
     unknown_tiers = sorted((keep or set()) - set(TIERS))
@@ -170,7 +170,7 @@ def schedule(
     durations: dict[str, int] = {}
     needs: dict[str, list[str]] = {}
     for item in kept:
-        durations[item.id] = _hours(overrides.get(item.id, item.hours), f"'{item.id}'")
+        durations[item.id] = _nanohours(overrides.get(item.id, item.hours), f"'{item.id}'")
         for dependency in item.after:
             if dependency not in kept_ids and dependency not in dropped:
                 raise ValueError(f"'{item.id}' comes after '{dependency}', which is no task or run")
@@ -271,8 +271,8 @@ class WindowFit:
 
 def window_fit(committed_hours: float, window_hours: float, extra_hours: float = 0.0) -> WindowFit:
     """Does the plan (grown by `extra_hours`) end, retrieval included, within the lot's window?"""
-    committed = _hours(committed_hours, "committed") + _hours(extra_hours, "extra")
-    window = _hours(window_hours, "window")
+    committed = _nanohours(committed_hours, "committed") + _nanohours(extra_hours, "extra")
+    window = _nanohours(window_hours, "window")
     return WindowFit(
         window_hours=_float(window),
         committed_hours=_float(committed),
@@ -487,7 +487,7 @@ def plan_report(campaign: Any, extra_hours: float = 0.0, offers: Sequence[Any] |
         days=lot.days,
         lot_price_usd=campaign.price,
         schedule=plan,
-        extra_hours=_float(_hours(extra_hours, "extra")),
+        extra_hours=_float(_nanohours(extra_hours, "extra")),
         fit=fit,
         options=options,
         reduced=reduced,

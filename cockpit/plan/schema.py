@@ -17,18 +17,9 @@ from typing import Any
 import pydantic
 
 from cockpit.plan import catalog
-from cockpit.plan.campaign import (
-    CAMPAIGN_FILE,
-    ID_PATTERN,
-    ID_RULE,
-    SCHEMA,
-    Campaign,
-    CampaignError,
-    CampaignFinding,
-    CampaignModel,
-    Role,
-    _shown,
-)
+from cockpit.common.layout import CAMPAIGN_FILE
+from cockpit.plan.campaign import Campaign, CampaignError, CampaignFinding, CampaignModel, Role
+from cockpit.plan.values import ID_PATTERN, ID_RULE, SCHEMA, _shown
 
 
 @cache

@@ -18,7 +18,6 @@ from typing import Annotated, Any
 
 from annotated_types import Gt, Le
 
-from cockpit.common.layout import CAMPAIGN_FILE  # noqa: F401  read from here by the plan's modules
 
 SCHEMA = 1
 CENT = Decimal("0.01")

@@ -16,11 +16,12 @@ from typing import Any
 
 from cockpit.errors import Finding, UsageError
 from cockpit.plan.campaign import Campaign
-from cockpit.record.runlog import VOIDABLE, RecordedState, RunLog, RunLogError, Transaction
+from cockpit.record.events import VOIDABLE, EventType
+from cockpit.record.runlog import RecordedState, RunLog, RunLogError, Transaction
 from cockpit.record.start import ensure_started, start_in
 
 PILOT_DECISIONS = ("continue", "drop-optional", "revise")
-VOIDABLE_NAMES = {"stop": "a stop", "pilot_decision": "a pilot decision", "accepted": "an acceptance", "note": "a note"}
+VOIDABLE_NAMES = {EventType.STOP: "a stop", EventType.PILOT_DECISION: "a pilot decision", EventType.ACCEPTED: "an acceptance", EventType.NOTE: "a note"}
 
 
 @dataclass(frozen=True)
@@ -171,14 +172,14 @@ def record_stop(
             flags = {d.flag: d.value for d in doubts}
         # The stop is on disk before any signal leaves: a SIGTERM is never sent for a stop the disk refused.
         stop = tx.append(
-            "stop", run=run_id, rule=rule, reason=reason, source=source, last=last or {},
+            EventType.STOP, run=run_id, rule=rule, reason=reason, source=source, last=last or {},
             signal={"requested": signal is not None, "sent": False}, **flags,
         )
         if signal is None:
             return stop
         outcome = signal()
         try:
-            tx.append("signal", run=run_id, stop_seq=stop["seq"], **outcome)
+            tx.append(EventType.SIGNAL, run=run_id, stop_seq=stop["seq"], **outcome)
         except RunLogError as error:
             sent = "SIGTERM was sent" if outcome.get("sent") else "no signal was sent"
             raise RunLogError(f"the stop was recorded (seq {stop['seq']}) and {sent}, but that outcome could not be written: {error}") from None
@@ -200,7 +201,7 @@ def record_decision(
     if campaign.lot.start is not None:
         fields["lot_hours"] = round((log.clock() - campaign.lot.start).total_seconds() / 3600, 3)
     with recording(campaign, log) as tx:
-        return tx.append("pilot_decision", **fields)
+        return tx.append(EventType.PILOT_DECISION, **fields)
 
 
 def record_acceptance(campaign: Campaign, log: RunLog, deliverable_id: str, *, source: str) -> dict[str, Any]:
@@ -213,7 +214,7 @@ def record_acceptance(campaign: Campaign, log: RunLog, deliverable_id: str, *, s
     if not (campaign.directory / deliverable.path).exists():
         raise Finding(f"deliverable '{deliverable.id}': {deliverable.path} does not exist; nothing was recorded")
     with recording(campaign, log) as tx:
-        return tx.append("accepted", deliverable=deliverable.id, run=deliverable.run, path=deliverable.path, source=source)
+        return tx.append(EventType.ACCEPTED, deliverable=deliverable.id, run=deliverable.run, path=deliverable.path, source=source)
 
 
 def record_note(campaign: Campaign, log: RunLog, text: str, *, run_id: str | None = None, source: str) -> dict[str, Any]:
@@ -221,7 +222,7 @@ def record_note(campaign: Campaign, log: RunLog, text: str, *, run_id: str | Non
         require_run(campaign, run_id)
     cleaned = clean_text(text, "the note")
     with recording(campaign, log) as tx:
-        return tx.append("note", run=run_id, text=cleaned, source=source)
+        return tx.append(EventType.NOTE, run=run_id, text=cleaned, source=source)
 
 
 def acknowledge(
@@ -245,7 +246,7 @@ def acknowledge(
             who = f" on run '{run_id}'" if run_id else ""
             raise Finding(f"no open alert of rule '{rule}'{who}; nothing was recorded")
         return tx.append(
-            "ack", rule=open_alert.event.get("rule"), run=open_alert.event.get("run"), key=open_alert.key,
+            EventType.ACK, rule=open_alert.event.get("rule"), run=open_alert.event.get("run"), key=open_alert.key,
             alert_seq=open_alert.event["seq"], source=source, **({"note": note} if note else {}),
         )
 
@@ -266,7 +267,7 @@ def record_void(campaign: Campaign, log: RunLog, seq: int, *, reason: str, sourc
             raise UsageError(
                 f"no event with seq {seq} in {log.path.name} (seqs run 1 to {last}); see `cockpit log DIR`; nothing was recorded"
             )
-        if target["type"] == "void":
+        if target["type"] == EventType.VOID:
             raise UsageError(
                 f"seq {seq} is itself a void: a void cannot be taken back; record the decision again instead; nothing was recorded"
             )
@@ -278,5 +279,5 @@ def record_void(campaign: Campaign, log: RunLog, seq: int, *, reason: str, sourc
         if earlier is not None:
             raise UsageError(f"seq {seq} was already voided (seq {earlier['seq']}, by {earlier.get('who')}); nothing was recorded")
         return tx.append(
-            "void", voided_seq=seq, voided_type=target["type"], run=target.get("run"), reason=reason, source=source,
+            EventType.VOID, voided_seq=seq, voided_type=target["type"], run=target.get("run"), reason=reason, source=source,
         )

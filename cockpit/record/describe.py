@@ -4,30 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from cockpit.record.events import EventType
+
 
 def event_summary(event: dict[str, Any]) -> str:
     """One line that says what a run-log event records, as `cockpit log` and the TUI's log screen show it."""
     kind = event["type"]
-    if kind == "campaign_started":
+    if kind == EventType.CAMPAIGN_STARTED:
         return f"plan frozen, sha256 {str(event.get('plan_sha256', ''))[:12]}…"
-    if kind == "stop":
+    if kind == EventType.STOP:
         cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason') or 'none given'}"
         if event.get("rule") and event.get("reason"):
             cause += f" ({event['reason']})"
         signal = event.get("signal") or {}
         flags = [f for f, on in (("rule never triggered", event.get("rule_triggered") is False), ("after the run finished", event.get("after_finish"))) if on]
         return cause + (", SIGTERM sent" if signal.get("sent") else "") + "".join(f", {f}" for f in flags)
-    if kind == "pilot_decision":
+    if kind == EventType.PILOT_DECISION:
         return str(event.get("decision")) + (f" — {event['note']}" if event.get("note") else "")
-    if kind in ("accepted", "rejected"):
+    if kind in (EventType.ACCEPTED, EventType.REJECTED):
         return str(event.get("deliverable")) + (f" — {event['cause']}" if event.get("cause") else "")
-    if kind == "note":
+    if kind == EventType.NOTE:
         return str(event.get("text"))
-    if kind == "signal":
+    if kind == EventType.SIGNAL:
         return str(event.get("detail") or ("SIGTERM sent" if event.get("sent") else "no signal sent"))
-    if kind == "void":
+    if kind == EventType.VOID:
         return f"takes back seq {event.get('voided_seq')} ({event.get('voided_type')}) — {event.get('reason')}"
-    if kind in ("alert", "ack"):
+    if kind in (EventType.ALERT, EventType.ACK):
         return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
     skip = {"seq", "ts", "type", "run", "who", "source"}
     return ", ".join(

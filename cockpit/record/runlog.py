@@ -22,8 +22,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from cockpit.common.files import append_to
 from cockpit.common.layout import FILE_MODE, RUNLOG_FILE
 from cockpit.common.times import Clock, iso, utc_now
+from cockpit.record.events import VOIDABLE, EventType
 
 
 def who() -> str:
@@ -132,9 +134,6 @@ class RunLog:
 
     def _append_many_locked(self, fd: int, items: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
         size = os.fstat(fd).st_size
-        prefix = b""
-        if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
-            prefix = b"\n"  # a crash tore the last line: end it so this event stays whole
         seq, ts = _last_seq(fd, size), iso(self.clock())
         lines = []
         for type, fields in items:
@@ -143,18 +142,9 @@ class RunLog:
             event.update(fields)
             event.setdefault("who", self.who)
             lines.append(encode_event(event))
-        data = prefix + b"".join(lines)
         try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            append_to(fd, b"".join(lines), size)  # a torn last line ended first; all or nothing
         except OSError as error:
-            try:
-                os.ftruncate(fd, size)  # leave what was already written exactly as it was
-            except OSError:
-                pass
             reason = "the disk is full" if error.errno == errno.ENOSPC else error.strerror
             raise RunLogError(f"cannot write to {self.path}: {reason}; nothing was recorded") from None
         return [json.loads(line) for line in lines]
@@ -254,7 +244,6 @@ def alert_key(event: dict[str, Any]) -> str:
     return f"{event.get('rule', '')}|{event.get('run') or ''}"
 
 
-VOIDABLE = ("stop", "pilot_decision", "accepted", "note")  # the decisions a `void` may take back
 
 
 def voided_seqs(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -262,7 +251,7 @@ def voided_seqs(events: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     kinds = {e["seq"]: e["type"] for e in events}
     found: dict[int, dict[str, Any]] = {}
     for event in events:
-        target = event.get("voided_seq") if event["type"] == "void" else None
+        target = event.get("voided_seq") if event["type"] == EventType.VOID else None
         if isinstance(target, int) and kinds.get(target) in VOIDABLE and target not in found:
             found[target] = event
     return found
@@ -304,34 +293,34 @@ class RecordedState:
         follower of the run log pays for its new lines, not for the whole log again."""
         state, open_alerts = self, self._open_alerts
         by_type = {
-            "stop": state.stops,
-            "pilot_decision": state.decisions,
-            "accepted": state.accepted,
-            "rejected": state.rejected,
-            "note": state.notes,
-            "run_started": state.runs_started,
-            "closed": state.closed,
+            EventType.STOP: state.stops,
+            EventType.PILOT_DECISION: state.decisions,
+            EventType.ACCEPTED: state.accepted,
+            EventType.REJECTED: state.rejected,
+            EventType.NOTE: state.notes,
+            EventType.RUN_STARTED: state.runs_started,
+            EventType.CLOSED: state.closed,
         }
         for event in events:
             kind = event["type"]
-            if kind == "campaign_started" and state.started is None:
+            if kind == EventType.CAMPAIGN_STARTED and state.started is None:
                 state.started = event
             elif kind in by_type:
                 by_type[kind].append(event)
-            elif kind == "alert":
+            elif kind == EventType.ALERT:
                 record = AlertRecord(event)
                 state.alerts.append(record)
                 open_alerts[record.key] = record
-            elif kind == "signal":  # what a stop's SIGTERM did, written once the stop was on disk
+            elif kind == EventType.SIGNAL:  # what a stop's SIGTERM did, written once the stop was on disk
                 stop = next((s for s in state.stops if s.get("seq") == event.get("stop_seq")), None)
                 if stop is not None:
                     outcome = {k: v for k, v in event.items() if k not in ("seq", "ts", "type", "run", "who", "stop_seq")}
                     stop["signal"] = {**(stop.get("signal") or {}), **outcome}
-            elif kind == "ack":
+            elif kind == EventType.ACK:
                 record = open_alerts.pop(alert_key(event), None)
                 if record is not None:
                     record.acknowledged = event
-            elif kind == "void":
+            elif kind == EventType.VOID:
                 state._take_back(event)
         return state
 
@@ -340,7 +329,7 @@ class RecordedState:
         if not isinstance(target, int) or any(taken.get("seq") == target for _, taken in self.voided):
             return
         for kind in VOIDABLE:
-            entries = {"stop": self.stops, "pilot_decision": self.decisions, "accepted": self.accepted, "note": self.notes}[kind]
+            entries = {EventType.STOP: self.stops, EventType.PILOT_DECISION: self.decisions, EventType.ACCEPTED: self.accepted, EventType.NOTE: self.notes}[kind]
             for index, entry in enumerate(entries):
                 if entry.get("seq") == target:
                     del entries[index]

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
-from cockpit.common.layout import FILE_MODE, FROZEN_PLAN, STATE_DIR, frozen_plan_path, state_dir
+from cockpit.common.files import write_atomic
+from cockpit.common.layout import FROZEN_PLAN, STATE_DIR, frozen_plan_path, state_dir
+from cockpit.record.events import EventType
 from cockpit.record.runlog import RunLog, RunLogError, Transaction, _decode
 
 
@@ -26,18 +27,7 @@ def _freeze(campaign: Any) -> str:
     if frozen is not None:
         return frozen
     try:
-        folder = state_dir(campaign.directory)
-        temporary = folder / (FROZEN_PLAN + ".tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-                handle.write(campaign.text)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(temporary, folder / FROZEN_PLAN)
-        finally:
-            if temporary.exists():
-                temporary.unlink()
+        write_atomic(state_dir(campaign.directory) / FROZEN_PLAN, campaign.text)
     except OSError as error:
         reason = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
         raise RunLogError(
@@ -67,11 +57,11 @@ def start_in(tx: Transaction, campaign: Any, events: list[dict[str, Any]] | None
     would tell a false story); None then, as when it has started already."""
     if events is None:
         events = tx.read().events
-    if any(e["type"] in ("campaign_started", "closed") for e in events):
+    if any(e["type"] in (EventType.CAMPAIGN_STARTED, EventType.CLOSED) for e in events):
         return None
     plan = _freeze(campaign)
     event = tx.append(
-        "campaign_started",
+        EventType.CAMPAIGN_STARTED,
         campaign=campaign.id,
         plan_sha256=hashlib.sha256(plan.encode("utf-8")).hexdigest(),
         plan_file=f"{STATE_DIR}/{FROZEN_PLAN}",
@@ -90,7 +80,7 @@ def is_started(log: RunLog) -> bool:
             for line in handle:
                 event = _decode(line) if line.strip() else None
                 if event is not None:
-                    return event["type"] == "campaign_started"
+                    return event["type"] == EventType.CAMPAIGN_STARTED
     except OSError:
         return False
     return False
