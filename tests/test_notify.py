@@ -346,3 +346,69 @@ def test_status_shows_the_channels_masked(live_campaign):
     assert payload["notify"]["on"] == ["alert", "stop"]
     for output in (text.stdout, json.dumps(payload)):
         assert "s3cret" not in output and "secret-topic" not in output
+
+
+# ---------------------------------------------------------------- done when: the demo, watched twice
+
+
+def _start_watcher(directory: Path, env: dict[str, str]):
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "cockpit", "watch", str(directory), "--headless", "--interval", "0.5"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = process.stdout.readline()  # "watching …": the watcher is up (its channels loaded)
+    assert first.startswith("watching"), first + process.stderr.read()
+    return process
+
+
+def _stop_watcher(process) -> str:
+    import signal
+
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return out
+
+
+def test_done_when_the_demo_nan_stop_arrives_once_within_5_s_and_never_again_after_restarts(tmp_path, receiver):
+    from cockpit.demo.trainer import launch_runs, prepare_demo, stop_runs
+
+    directory = prepare_demo(tmp_path / "demo", utc_now())
+    # the demo's diverging run, fast: its loss turns NaN a few seconds in, and the nan-loss rule stops it
+    (directory / "runs.toml").write_text('[run.v-hot-lr]\nargs = ["--step-seconds", "0.1", "--diverge"]\n')
+    env = {**os.environ, "COCKPIT_NVML": "off", "PYTHONUNBUFFERED": "1", "COCKPIT_NOTIFY": receiver.url}
+    watchers = [_start_watcher(directory, env), _start_watcher(directory, env)]
+    stop, ticks, notifiers = threading.Event(), [], []
+    beside = threading.Thread(target=_watch, args=(directory, config_for(load_campaign(directory), receiver.url), stop, ticks, notifiers))
+    beside.start()  # a third cockpit, as the TUI runs it: the engine with a notifier beside it
+    processes = launch_runs(directory)
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and not any("v-hot-lr" in p.body["message"] for p in receiver.posts):
+            time.sleep(0.05)
+        time.sleep(1.5)  # room for a duplicate, were one to come
+    finally:
+        stop.set()
+        beside.join(30)
+        outputs = [_stop_watcher(w) for w in watchers]
+        stop_runs(processes)
+    about_stop = [p for p in receiver.posts if "v-hot-lr" in p.body["message"]]
+    assert len(about_stop) == 1, [p.body for p in receiver.posts]
+    assert "STOPPED run v-hot-lr (rule nan-loss, by the stop rule)" in about_stop[0].body["message"]
+    lines = [json.loads(line.replace("NaN", '"NaN"')) for line in (directory / "runs" / "v-hot-lr" / "metrics.jsonl").read_text().splitlines()]
+    nan_at = next(line["ts"] for line in lines if line.get("loss") == "NaN")
+    latency = about_stop[0].at - nan_at
+    assert latency < 5.0, f"arrived {latency:.2f} s after the NaN line"
+    print(f"delivery latency of the NaN auto-stop: {latency:.2f} s\n{about_stop[0].body['title']}\n{about_stop[0].body['message']}")
+    assert all("ALERT [nan-loss]" in out for out in outputs)
+
+    posts = len(receiver.posts)
+    notified = events_of(directory, "notified")
+    seqs = [seq for event in notified for seq in event["seqs"]]
+    assert len(seqs) == len(set(seqs)) and len(notified) == posts  # nothing went out twice
+    watchers = [_start_watcher(directory, env), _start_watcher(directory, env)]  # both restarted
+    time.sleep(4)
+    for watcher in watchers:
+        _stop_watcher(watcher)
+    assert len(receiver.posts) == posts and len(events_of(directory, "notified")) == len(notified)

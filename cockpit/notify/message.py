@@ -51,14 +51,14 @@ def _alert_lines(item: Item, directory: str, stopped: bool) -> list[str]:
     return lines
 
 
-def _stop_lines(item: Item, signal: dict[str, Any] | None) -> list[str]:
+def _stop_lines(item: Item, signal: dict[str, Any] | None, alert: Item | None, directory: str) -> list[str]:
     event = item.event
     cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason')}"
     source = {"auto": "by the stop rule", "key": "from the cockpit", "cli": "from the command line"}.get(
         str(event.get("source")), f"by {event.get('source')}"
     )
     last = event.get("last") or {}
-    figures = ", ".join(f"{k} {_value(v)}" for k, v in list(last.items())[:4]) if isinstance(last, dict) else ""
+    figures = ", ".join(f"{k} {_value(v)}" for k, v in list(last.items()) if k != "ts")[:200] if isinstance(last, dict) else ""
     outcome = signal or event.get("signal") or {}
     if outcome.get("sent"):
         sent = "SIGTERM sent"
@@ -66,10 +66,14 @@ def _stop_lines(item: Item, signal: dict[str, Any] | None) -> list[str]:
         sent = "no signal sent" + (f": {outcome['detail']}" if outcome.get("detail") else "")
     else:
         sent = "no signal asked for"
-    return [
+    lines = [
         escape_control(f"STOPPED run {event.get('run')} ({cause}, {source}) — {sent}")
         + (f"; last {escape_control(figures)}" if figures else "") + f" — {_when(event)}"
     ]
+    if alert is not None:  # the alert that made the stop rule act: what it saw
+        lines.append(f"  why:  {escape_control(alert.event.get('message') or alert.event.get('rule'))}")
+    lines.append(f"  a mistake?  {_cockpit('void', directory, str(event.get('seq')), '--reason', 'TEXT')}")
+    return lines
 
 
 def _closed_lines(item: Item) -> list[str]:
@@ -112,6 +116,7 @@ def compose(
     directory = str(directory)
     stopped_runs = {i.event.get("run") for i in items if i.kind == "stop"}
     stop_rules = {(i.event.get("rule"), i.event.get("run")) for i in items if i.kind == "stop"}
+    alerts_of = {(i.event.get("rule"), i.event.get("run")): i for i in items if i.kind in ("alert", "window")}
     shown: list[Item] = []
     for item in items:  # an auto-stop's alert and its stop are one line: the stop
         if item.kind in ("alert", "window") and (item.event.get("rule"), item.event.get("run")) in stop_rules:
@@ -122,7 +127,7 @@ def compose(
         if item.kind in ("alert", "window"):
             lines += _alert_lines(item, directory, item.event.get("run") in stopped_runs)
         elif item.kind == "stop":
-            lines += _stop_lines(item, signals.get(item.seq))
+            lines += _stop_lines(item, signals.get(item.seq), alerts_of.get((item.event.get("rule"), item.event.get("run"))), directory)
         else:
             lines += _closed_lines(item)
     if len(shown) > MAX_LISTED:
