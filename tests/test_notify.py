@@ -412,3 +412,47 @@ def test_done_when_the_demo_nan_stop_arrives_once_within_5_s_and_never_again_aft
     for watcher in watchers:
         _stop_watcher(watcher)
     assert len(receiver.posts) == posts and len(events_of(directory, "notified")) == len(notified)
+
+
+def test_min_interval_holds_the_next_message_and_sends_what_waited_together(live_campaign, receiver):
+    path = live_campaign / "campaign.toml"
+    path.write_text(path.read_text() + "\n[notify]\nmin_interval_minutes = 10\n")
+    campaign = load_campaign(live_campaign)
+    clock = Clock(utc_now())
+    log = RunLog(live_campaign, clock=clock)
+    notifier = Notifier(campaign, config_for(campaign, receiver.url), clock=clock, gather_seconds=0, log=log)
+    log.append("alert", key="stalled|ctrl-r1", rule="stalled", run="ctrl-r1", message="ctrl-r1: silent")
+    notifier.step()
+    assert len(receiver.wait_for_posts(1, 5)) == 1
+    for run in ("v-r16", "v-r64"):
+        clock.moment += timedelta(minutes=1)
+        log.append("alert", key=f"stalled|{run}", rule="stalled", run=run, message=f"{run}: silent")
+        notifier.step()
+    assert len(receiver.posts) == 1  # held: ten minutes have not passed since the last message
+    clock.moment += timedelta(minutes=8, seconds=1)
+    notifier.step()
+    posts = receiver.wait_for_posts(2, 5)
+    assert len(posts) == 2 and "v-r16" in posts[1].body["message"] and "v-r64" in posts[1].body["message"]
+
+
+def test_the_tui_runs_its_engine_with_the_notifier_beside_it(live_campaign, receiver, monkeypatch):
+    """`cockpit DIR` and `cockpit demo` open the TUI through run_app: its source is the engine with
+    the notifier, so the TUI's ticks feed it and its notices reach the screen's notices."""
+    import cockpit.tui.app as tui_app
+    from cockpit.commands.tui import run_app
+
+    seen = {}
+
+    class FakeApp:
+        def __init__(self, campaign, source, log, **options):
+            seen["source"], self.tick_lock, self.left, self.return_code = source, threading.Lock(), threading.Event(), 0
+
+        def run(self):
+            seen["snapshot"] = seen["source"].tick()
+
+    monkeypatch.setattr(tui_app, "CockpitApp", FakeApp)
+    monkeypatch.setenv("COCKPIT_NOTIFY", "nosuch://x")
+    campaign = load_campaign(live_campaign)
+    assert run_app(campaign, Engine(campaign, gpus=NoGpus()), theme=None, bell=False, themes=None) == 0
+    assert isinstance(seen["source"], NotifyingSource)
+    assert any("nosuch://" in notice for notice in seen["snapshot"].notices)  # the invalid channel, said
