@@ -456,3 +456,23 @@ def test_the_tui_runs_its_engine_with_the_notifier_beside_it(live_campaign, rece
     assert run_app(campaign, Engine(campaign, gpus=NoGpus()), theme=None, bell=False, themes=None) == 0
     assert isinstance(seen["source"], NotifyingSource)
     assert any("nosuch://" in notice for notice in seen["snapshot"].notices)  # the invalid channel, said
+
+
+def test_an_alert_written_while_a_message_is_being_sent_goes_in_the_next_one(live_campaign):
+    """Found by bench/notify_latency.py: the run log's lines read while recording a delivery were
+    applied to the ledger but never queued, so that alert was never sent."""
+    campaign = load_campaign(live_campaign)
+    log = RunLog(live_campaign)
+    sent: list[str] = []
+
+    def send(channel, title, body, timeout):
+        sent.append(body)
+        if len(sent) == 1:  # another cockpit logs an alert during this delivery
+            log.append("alert", key="stalled|v-r16", rule="stalled", run="v-r16", message="v-r16: silent")
+        return None
+
+    log.append("alert", key="stalled|ctrl-r1", rule="stalled", run="ctrl-r1", message="ctrl-r1: silent")
+    notifier = Notifier(campaign, config_for(campaign, "json://127.0.0.1:1/"), send=send, gather_seconds=0)
+    notifier.step()
+    notifier.step()
+    assert len(sent) == 2 and "ctrl-r1" in sent[0] and "v-r16" in sent[1]

@@ -268,17 +268,17 @@ class Notifier:
                 fields.update(outcome="sent", send_seconds=round(time.monotonic() - started, 3))
                 if first is not None:
                     fields["latency_seconds"] = round((now - first).total_seconds(), 3)
+                self._forget(shown, items)
                 self._record(NOTIFIED, fields)
                 self._retry[shown] = _Retry()
-                self._pending[shown].clear()
                 self._problem(f"retry:{shown}", None)
                 return
             oldest = min((parse_ts(i.event["ts"]) for i in items if isinstance(i.event.get("ts"), str)), default=now)
             if (now - (oldest or now)).total_seconds() >= self.retry_seconds:
                 fields.update(outcome="failed", error=error)
+                self._forget(shown, items)
                 self._record(NOTIFY_FAILED, fields)
                 self._retry[shown] = _Retry()
-                self._pending[shown].clear()
                 self._problem(f"retry:{shown}", None)
                 return
             backoff = min(self.max_backoff, self.first_backoff * 2 ** (retry.attempts - 1))
@@ -288,6 +288,12 @@ class Notifier:
                 f"notifications to {shown} failing ({error}); attempt {retry.attempts}, retrying in {backoff:.0f} s",
             )
 
+    def _forget(self, shown: str, items: list[Item]) -> None:
+        """The items of a message sent (or given up): out of the channel's queue; what arrived
+        meanwhile stays for the next message."""
+        for item in items:
+            self._pending[shown].pop(item.seq, None)
+
     def _record(self, kind: str, fields: dict[str, Any]) -> None:
         try:
             event = record(self.log, kind, fields)
@@ -295,7 +301,7 @@ class Notifier:
             self._problem("record", f"a notification's outcome could not be recorded: {error}")
             return
         self._problem("record", None)
-        self.follower.follow()
+        self._collect(self.follower.follow())  # an event written meanwhile is queued, not skipped
         if kind == NOTIFIED:
             self.sent.append(event)
 
