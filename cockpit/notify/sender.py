@@ -131,6 +131,7 @@ class Notifier:
         self._heartbeat_ticks = 0
         self._heartbeat_next: datetime | None = None
         self._problems: dict[str, str] = {}  # what is wrong now (heartbeat, a channel retrying, a bug)
+        self._ledger_notices: list[str] = []  # channels that gave up, as the run log says
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -149,8 +150,8 @@ class Notifier:
     def notices(self) -> list[str]:
         """What the views show: config problems, channels that gave up, a failing heartbeat."""
         with self._lock:
-            live = list(self._problems.values())
-        return [*self.config.problems, *self.follower.ledger.notices(), *live]
+            live, ledger = list(self._problems.values()), list(self._ledger_notices)
+        return [*self.config.problems, *ledger, *live]
 
     def start(self) -> "Notifier":
         self._thread = threading.Thread(target=self._run, name="cockpit-notify", daemon=True)
@@ -158,11 +159,12 @@ class Notifier:
         return self
 
     def close(self) -> None:
-        """Stop the thread; what is due is tried once more first (a short wait at most)."""
+        """Stop the thread; what is due is tried once more first, waited for 3 s at most (what is
+        left unsent then is sent by another cockpit, or by the next start within ten minutes)."""
         self._stopping.set()
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(timeout=self.timeout + 2.0)
+            self._thread.join(timeout=3.0)
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -191,7 +193,7 @@ class Notifier:
         """Read the run log's new lines, send what is due, keep the heartbeat; the seconds until
         the next thing falls due (at most the poll interval)."""
         now = self.clock()
-        self._collect(self.follower.follow())
+        self._follow()
         wait = self.poll
         for channel in self.config.channels:
             pending = self._pending[channel.shown]
@@ -204,6 +206,14 @@ class Notifier:
             self._deliver(channel, now)
         wait = min(wait, self._heartbeat(now))
         return max(0.05, wait)
+
+    def _follow(self) -> None:
+        """The run log's new lines into the ledger and the queues; the ledger's notices copied for
+        the tick's thread (which never reads the ledger while this thread changes it)."""
+        self._collect(self.follower.follow())
+        notices = self.follower.ledger.notices()
+        with self._lock:
+            self._ledger_notices = notices
 
     def _collect(self, events: list[dict[str, Any]]) -> None:
         ledger = self.follower.ledger
@@ -242,7 +252,7 @@ class Notifier:
         shown = channel.shown
         retry = self._retry[shown]
         with delivery_lock(self.directory):
-            self._collect(self.follower.follow())  # what another cockpit sent while we waited is left out
+            self._follow()  # what another cockpit sent while we waited is left out
             items = sorted(self._pending[shown].values(), key=lambda i: i.seq)
             if not items:
                 self._retry[shown] = _Retry()
@@ -293,6 +303,8 @@ class Notifier:
         meanwhile stays for the next message."""
         for item in items:
             self._pending[shown].pop(item.seq, None)
+            if not any(item.seq in queue for queue in self._pending.values()):
+                self._seen_at.pop(item.seq, None)
 
     def _record(self, kind: str, fields: dict[str, Any]) -> None:
         try:
@@ -301,7 +313,7 @@ class Notifier:
             self._problem("record", f"a notification's outcome could not be recorded: {error}")
             return
         self._problem("record", None)
-        self._collect(self.follower.follow())  # an event written meanwhile is queued, not skipped
+        self._follow()  # an event written meanwhile is queued, not skipped
         if kind == NOTIFIED:
             self.sent.append(event)
 
