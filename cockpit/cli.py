@@ -23,7 +23,7 @@ __all__ = ["Finding", "UsageError", "main"]
 
 COMMANDS = (
     "demo", "init", "check", "schema", "plan", "status", "watch", "stop", "decide", "accept", "note", "ack", "void", "log",
-    "verify-resume", "close",
+    "verify-resume", "close", "notify",
 )
 
 
@@ -205,6 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("close", "cockpit.commands.close:run", "closing report; writes DIR/closing/")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = command("notify", "cockpit.commands.notify:run", "the notification channels (masked); --test sends a test message to each")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--test", action="store_true", help="send one test message to every channel and report each outcome (exit 1 if any failed)")
     return parser
 
 

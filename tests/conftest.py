@@ -10,6 +10,11 @@ from pathlib import Path
 
 import pytest
 
+# The suite never notifies the person running it: their own channels (COCKPIT_NOTIFY or
+# ~/.config/cockpit/notify.toml) are off here; the notification tests set their own.
+os.environ["COCKPIT_NOTIFY"] = ""
+os.environ.pop("COCKPIT_HEARTBEAT_URL", None)
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "sample_campaigns"
 # what a cockpit run on the sample folder itself may have left there: never copied into a test

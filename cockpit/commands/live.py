@@ -106,25 +106,30 @@ def render_text(snapshot: Snapshot) -> str:
 
 
 def status(args) -> int:
+    from cockpit.notify.status import with_notify
+
     campaign = load_campaign(args.dir)
     engine = Engine(campaign)  # NVML sampled once, in the tick
     try:
         snapshot = engine.tick()
     finally:
         engine.close()
+    snapshot, notify_json, notify_lines = with_notify(campaign, snapshot)  # channels (masked), channels that gave up
     if args.json:
-        sys.stdout.write(json_safe(json.dumps(to_json(snapshot), ensure_ascii=False, allow_nan=False)) + "\n")
+        sys.stdout.write(json_safe(json.dumps({**to_json(snapshot), "notify": notify_json}, ensure_ascii=False, allow_nan=False)) + "\n")
     else:
-        print(render_text(snapshot))
+        print(render_text(snapshot) + "".join("\n" + escape_control(line) for line in notify_lines))
     return 1 if snapshot.alerts else 0
 
 
 def watch(args) -> int:
     if not args.headless:
         raise UsageError("`watch` runs without a UI and needs --headless; the cockpit's screen is `cockpit DIR`")
+    from cockpit.notify.sender import alongside
+
     campaign = load_campaign(args.dir)
     sampler = GpuSampler(env_nvml_source(), interval=max(1.0, args.interval)).start()
-    engine = Engine(campaign, gpus=sampler)
+    engine = alongside(campaign, Engine(campaign, gpus=sampler))  # notifications, when configured, on their own thread
     stopping = threading.Event()
 
     def stop(signum, _frame) -> None:
@@ -132,6 +137,10 @@ def watch(args) -> int:
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     print(escape_control(f"watching {campaign.id} every {args.interval:g} s; alerts and auto-stops go to {engine.log.path}"), flush=True)
+    if getattr(engine, "notifier", None) is not None:
+        from cockpit.notify.status import describe
+
+        print("\n".join(describe(engine.notifier.config)), flush=True)
     said: set[object] = set()  # alert seqs, unrecorded alert keys, notices and errors already printed
 
     def say_once(key: object, text: str) -> None:

@@ -33,8 +33,10 @@ def require_terminal(hint: str) -> None:
 def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
     """Run the TUI over `engine` until the user quits; the engine is closed after the last tick."""
     from cockpit.live.runs import terminate_run_of
+    from cockpit.notify.sender import alongside
     from cockpit.tui.app import CockpitApp
 
+    engine = alongside(campaign, engine)  # notifications, when configured: their notices join the snapshot's
     app = None
     try:
         app = CockpitApp(

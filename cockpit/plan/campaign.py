@@ -334,6 +334,35 @@ class Run:
         return directory / self.checkpoints if self.checkpoints else run_path(directory, self.id, CHECKPOINTS_DIR)
 
 
+class NotifyKind(str, Enum):
+    """What [notify] `on` may name: the events that go out as notifications."""
+
+    alert = "alert"  # a stop rule or a built-in alert (the lot's window warnings aside)
+    stop = "stop"  # a stop recorded (by a key, the command line or a stop rule)
+    window = "window"  # the lot's window warnings (`lot-window`)
+    closed = "closed"  # the campaign closed
+
+
+def _default_notify_kinds() -> list[NotifyKind]:
+    return [NotifyKind.alert, NotifyKind.stop]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NotifySettings:
+    """[notify]: what is sent off the box, how often at most, and the heartbeat. The channels
+    (apprise URLs, which hold secrets) are the user's, never in this shared file."""
+
+    __pydantic_config__ = _STRICT_KEYS
+
+    on: list[NotifyKind] = field(default_factory=_default_notify_kinds)
+    min_interval_minutes: Annotated[float, Ge(0), Le(1440), Finite] = 0.0
+    heartbeat_url: Annotated[str | None, MinLen(1)] = None
+    heartbeat_minutes: Annotated[float, Gt(0), Le(1440), Finite] = 5.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on", [k if isinstance(k, NotifyKind) else NotifyKind(k) for k in self.on])
+
+
 @dataclass(frozen=True, kw_only=True)
 class Pilot:
     """[pilot]: the run whose first hours decide whether the campaign goes on."""
@@ -461,6 +490,7 @@ class CampaignModel:
     stop_rules: list[StopRule] = field(default_factory=list)
     deliverables: list[Deliverable] = field(default_factory=list)
     expenses: list[Expense] = field(default_factory=list)
+    notify: NotifySettings = field(default_factory=NotifySettings)
 
 
 # ---------------------------------------------------------------- the loaded campaign

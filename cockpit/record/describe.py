@@ -29,6 +29,9 @@ def event_summary(event: dict[str, Any]) -> str:
         return str(event.get("detail") or ("SIGTERM sent" if event.get("sent") else "no signal sent"))
     if kind == EventType.VOID:
         return f"takes back seq {event.get('voided_seq')} ({event.get('voided_type')}) — {event.get('reason')}"
+    if kind in (EventType.NOTIFIED, EventType.NOTIFY_FAILED):  # a notification sent (or given up) on one channel
+        keys = event.get("keys") if isinstance(event.get("keys"), list) else [event.get("key")]
+        return f"{event.get('channel')}: {', '.join(str(k) for k in keys)}" + (f" — {event['error']}" if event.get("error") else "")
     if kind in (EventType.ALERT, EventType.ACK):
         return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
     skip = {"seq", "ts", "type", "run", "who", "source"}

@@ -22,6 +22,8 @@ class EventType(StrEnum):
     NOTE = "note"
     VOID = "void"  # a decision taken back
     CLOSED = "closed"  # the campaign closed
+    NOTIFIED = "notified"  # a notification sent on one channel (the ledger that makes it go out once)
+    NOTIFY_FAILED = "notify_failed"  # a channel that kept failing for 10 minutes: given up, shown as a notice
 
 
 # The decisions a `void` may take back.
