@@ -27,7 +27,8 @@ import pynvml as real_nvml
 import pytest
 
 from cockpit.live.engine import Engine, terminate_run_of
-from cockpit.live.gpu import GpuSampler, NvmlSource
+from cockpit.live.gpu import NvmlSource
+from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.host import HostProcesses
 from cockpit.plan.load import load_campaign
 from cockpit.record import decisions

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from cockpit.commands.live import render_text
 from cockpit.live.engine import Engine
-from cockpit.live.gpu import FakeGpus
+from cockpit.live.fake_gpus import FakeGpus
 from cockpit.live.metrics import MetricsStream, last_metrics, load_state, save_state
 from cockpit.live.rules import RuleEvaluator, RuleState
 from cockpit.live.snapshot import to_json

@@ -12,7 +12,7 @@ from cockpit.common.text import escape_control, json_safe
 from cockpit.common.times import parse_ts, utc_now
 from cockpit.errors import UsageError
 from cockpit.live.engine import Engine, env_nvml_source
-from cockpit.live.gpu import GpuSampler
+from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.snapshot import Snapshot, to_json
 from cockpit.plan.load import load_campaign
 

@@ -21,7 +21,10 @@ from typing import Any
 from cockpit.common.layout import RUNS_DIR, state_dir
 from cockpit.common.times import iso, parse_ts, utc_minute, utc_now
 from cockpit.live.clock import ItemProgress, lot_clock, projected
-from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
+from cockpit.live.fake_gpus import FakeGpus
+from cockpit.live.gpu import GpuSnapshot, NvmlSource
+from cockpit.live.gpu_health import HealthMonitor, record_incident
+from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.host import HostProcesses
 from cockpit.live.metrics import (
     MetricsStream,
@@ -127,6 +130,7 @@ class Engine:
         self._undeclared_at: float | None = None
         self.pilot_due_at: datetime | None = None
         self._ticked = False
+        self.health = HealthMonitor(self.directory, campaign.model.health, persist=persist, monotonic=monotonic)
 
         self._started = False
         self._start_if_due(clock())
@@ -176,6 +180,7 @@ class Engine:
     def close(self) -> None:
         """Save where reading stopped and release the GPU source."""
         self._save(force=True)
+        self.health.close()
         closer = getattr(self.gpus, "close", None)
         if closer:
             closer()
@@ -255,6 +260,8 @@ class Engine:
                 start_in(tx, self.campaign, events)
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
+                if not record_incident(tx, events, fields):  # a GPU incident: its gpu_health evidence first, once
+                    continue
                 written.append(tx.append("alert", key=item.key, **fields))
                 if item.key in self._rearmed:
                     self._rearmed.discard(item.key)
@@ -326,6 +333,9 @@ class Engine:
             for t in triggers
         ]
         pending += self._built_in_alerts(now, recorded, alive, dead, run_pids)
+        running = {r.id: r.gpu_list for r in self.campaign.runs if _state(self.streams[r.id].track, recorded.stop_of(r.id),
+                                                                          alive.get(r.id), bool(self.streams[r.id].error)) == "running"}
+        pending += [_Pending(key, fields) for key, fields in self.health.observe(now, gpu_snapshot, running)]  # gpu-xid, -ecc, -throttled, -idle
         window = [
             _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts
@@ -587,7 +597,7 @@ class Engine:
             )
         return progress
 
-    def _gpu_views(self, snapshot: GpuSnapshot, process_runs: dict[int, str]) -> tuple[GpuView, ...]:
+    def _gpu_views(self, snapshot: GpuSnapshot, process_runs: dict[int, str], container: bool = False) -> tuple[GpuView, ...]:
         views = []
         for sample in snapshot.samples:
             utilization, memory = self._gpu_history.setdefault(sample.index, (deque(maxlen=HISTORY), deque(maxlen=HISTORY)))
@@ -609,12 +619,15 @@ class Engine:
                     memory_clock_mhz=sample.memory_clock_mhz,
                     throttle_reasons=sample.slowed_by,
                     processes=tuple(
-                        GpuProcessView(p.pid, p.used_memory_bytes, process_runs.get(p.pid)) for p in sample.processes or ()
+                        GpuProcessView(p.pid, p.used_memory_bytes, process_runs.get(p.pid), container) for p in sample.processes or ()
                     ),
                     lost=sample.lost,
                     simulated=sample.simulated,
                     utilization_history=tuple(utilization),
                     memory_history=tuple(memory),
+                    serial=sample.serial,
+                    mig_instances=sample.mig_instances,
+                    health=self.health.view(sample),
                 )
             )
         return tuple(views)
@@ -685,6 +698,7 @@ class Engine:
         if self._bad_log_lines:
             notices.append(f"runlog.jsonl: {self._bad_log_lines} torn or bad line{'s' if self._bad_log_lines != 1 else ''} skipped")
         notices.extend(w for w in gpu_snapshot.warnings if w not in notices)
+        notices.extend(self.health.notices)
 
         alerts = tuple(
             AlertView(
@@ -743,7 +757,7 @@ class Engine:
                 sample_age_seconds=gpu_snapshot.age_seconds(now),
                 warnings=tuple(gpu_snapshot.warnings),
             ),
-            gpus=self._gpu_views(gpu_snapshot, process_runs),
+            gpus=self._gpu_views(gpu_snapshot, process_runs, process_map.container),
             host=HostView(
                 cpu_percent=host.cpu_percent,
                 memory_used_bytes=host.memory_used_bytes,

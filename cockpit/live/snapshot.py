@@ -62,6 +62,7 @@ class GpuProcessView:
     pid: int
     used_memory_bytes: int | None
     run: str | None
+    container: bool = False  # NVML's pid is not visible here (the cockpit or the run is in a container)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,13 @@ class GpuView:
     simulated: bool = False
     utilization_history: tuple[float, ...] = ()  # oldest first, bounded
     memory_history: tuple[float, ...] = ()  # percent used, oldest first, bounded
+    serial: str | None = None
+    mig_instances: tuple[Any, ...] | None = None  # MIG on: each instance's memory; utilization is not reported
+    health: dict[str, Any] | None = None  # counters now and since the lot's first sample (live.gpu_health)
+
+    @property
+    def mig(self) -> bool:
+        return self.mig_instances is not None
 
 
 @dataclass(frozen=True)
@@ -223,7 +231,15 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "sm_clock_mhz": g.sm_clock_mhz,
                 "memory_clock_mhz": g.memory_clock_mhz,
                 "throttle_reasons": list(g.throttle_reasons),
-                "processes": [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes, "run": p.run} for p in g.processes],
+                "processes": [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes, "run": p.run, "container": p.container}
+                              for p in g.processes],
+                "serial": g.serial,
+                "mig": g.mig,
+                "mig_instances": None if g.mig_instances is None else [
+                    {"index": m.index, "uuid": m.uuid, "memory_used_bytes": m.memory_used_bytes, "memory_total_bytes": m.memory_total_bytes}
+                    for m in g.mig_instances
+                ],
+                "health": g.health,
             }
             for g in snapshot.gpus
         ],
