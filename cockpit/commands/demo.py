@@ -36,7 +36,7 @@ def _ask_to_stop(count: int) -> bool:
 
 def run(args) -> int:
     from cockpit.plan.load import load_campaign
-    from cockpit.demo.trainer import launch_runs, prepare_demo, stop_runs
+    from cockpit.demo.setup import launch_runs, prepare_demo, stop_runs
 
     themes = None
     if not args.no_tui:  # refused before anything is made or started
