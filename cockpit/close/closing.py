@@ -1887,6 +1887,9 @@ def _body(
         "all_accepted": all(v.accepted for v in verdicts),
         "warnings": warnings,
     }
+    from cockpit.close.incidents import energy, hardware_incidents  # GPU evidence for the provider, and kWh
+
+    body.update(hardware_incidents=hardware_incidents(campaign, state, measures), energy=energy(campaign, len(accepted)))
     return body, verdicts, source
 
 
@@ -2205,7 +2208,9 @@ def render_report(summary: Mapping[str, Any]) -> str:
             )
     else:
         lines.append("- No run was stopped.")
-    lines += ["", "## Alerts", ""]
+    from cockpit.close.incidents import incidents_markdown
+
+    lines += ["", *incidents_markdown(summary), "## Alerts", ""]
     for a in summary.get("alerts", []):
         where = f" [{a['run']}]" if a.get("run") else ""
         message = f": {a['message']}" if a.get("message") else ""

@@ -71,6 +71,7 @@ class _Gpu:
     double_bit_events: int = 0
     energy_j: float = 0.0  # since the baseline, as measured
     last_energy: float | None = None
+    simulated: bool = False
 
 
 def _label(gpu: _Gpu) -> str:
@@ -148,6 +149,7 @@ class HealthMonitor:
             gpu = self._gpus[key] = _Gpu(key, sample.index)
         gpu.index, gpu.name = sample.index, sample.name
         gpu.serial = sample.serial or gpu.serial
+        gpu.simulated = sample.simulated
         if gpu.baseline is None and sample.counters is not None:
             gpu.baseline, gpu.baseline_at = sample.counters, iso(now)  # the lot's first sample
             self._dirty = True
@@ -285,6 +287,8 @@ class HealthMonitor:
             "incident": incident or f"{kind}:{gpu.uuid}:{observed_text[:16]}",
             **(extra or {}),
         }
+        if gpu.simulated:
+            evidence["simulated"] = True  # the demo's faults: never passed off as a real GPU's
         fields = {"rule": rule, "run": None, "message": message, "severity": severity, "gpu": gpu.index, "health": evidence}
         if once:
             fields["once"] = True
@@ -331,6 +335,7 @@ class HealthMonitor:
                 continue
             gpu = _Gpu(uuid, int(entry.get("index", 0)) if isinstance(entry.get("index"), int) else 0)
             gpu.serial, gpu.name = entry.get("serial"), str(entry.get("name") or "")
+            gpu.simulated = bool(entry.get("simulated"))
             if isinstance(entry.get("baseline"), dict):
                 gpu.baseline = GpuCounters.from_dict(entry["baseline"])
                 gpu.baseline_at = entry.get("baseline_at")
@@ -346,7 +351,8 @@ class HealthMonitor:
             "schema": 1,
             "gpus": {
                 uuid: {"index": g.index, "name": g.name, "serial": g.serial, "baseline": g.baseline.as_dict() if g.baseline else None,
-                       "baseline_at": g.baseline_at, "energy_j": round(g.energy_j, 3), "last_energy_j": g.last_energy}
+                       "baseline_at": g.baseline_at, "energy_j": round(g.energy_j, 3), "last_energy_j": g.last_energy,
+                       "simulated": g.simulated}
                 for uuid, g in self._gpus.items()
             },
             "runs_energy_j": {run: round(j, 3) for run, j in sorted(self.runs_energy_j.items())},
