@@ -382,6 +382,41 @@ class HealthMonitor:
         self._save(force=True)
 
 
+_SHOWN = (  # (field, words) of the counters a person reads in `status`, when they moved since the lot's start
+    ("ecc_uncorrected", "uncorrected ECC errors"), ("ecc_corrected", "corrected ECC errors"),
+    ("remapped_uncorrectable", "rows remapped (uncorrectable)"), ("remapped_correctable", "rows remapped (correctable)"),
+    ("retired_pages_double", "pages retired (double-bit)"), ("retired_pages_single", "pages retired (single-bit)"),
+    ("pcie_replays", "PCIe replays"),
+)
+
+
+def health_lines(gpu: Any) -> list[str]:
+    """Short lines for `status` on one GPU view: MIG instances (utilization not reported, never
+    0 %), the counters that moved since the lot's first sample, slowdown, energy."""
+    lines = []
+    instances = getattr(gpu, "mig_instances", None)
+    if instances is not None:
+        parts = [f"{m.index}: {m.memory_used_bytes / 2**30:.1f}/{m.memory_total_bytes / 2**30:.0f} GiB"
+                 if m.memory_used_bytes is not None and m.memory_total_bytes else f"{m.index}: memory not reported"
+                 for m in instances]
+        lines.append(f"MIG on, utilization not reported; {len(instances)} instance{'s' if len(instances) != 1 else ''}"
+                     + (": " + ", ".join(parts) if parts else ""))
+    health = getattr(gpu, "health", None) or {}
+    since = health.get("since_start") or {}
+    moved = [f"{words} +{since[name]}" for name, words in _SHOWN if isinstance(since.get(name), int) and since[name] > 0]
+    counters = health.get("counters") or {}
+    if counters.get("remap_failed"):
+        moved.append("a row remap FAILED")
+    elif counters.get("remap_pending"):
+        moved.append("a row remap pending (reset the GPU)")
+    slowed = (since.get("power_slowdown_s") or 0.0) + (since.get("thermal_slowdown_s") or 0.0)
+    if slowed >= 1.0:
+        moved.append(f"{slowed:.0f} s in power/thermal slowdown")
+    if moved:
+        lines.append("since the lot's first sample: " + ", ".join(moved))
+    return lines
+
+
 def read_health_file(directory: str | Path) -> dict[str, Any]:
     """`.cockpit/gpu-health.json` as written by the monitor; {} when absent or unreadable."""
     try:
