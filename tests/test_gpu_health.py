@@ -661,3 +661,23 @@ def test_demo_gpu_fault_xid79_raises_gpu_xid_logs_one_gpu_health_and_close_lists
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+def test_the_prepared_real_gpu_check_runs_against_the_fake_nvml():
+    """bench/gpu_check.py is meant for a GPU box; this keeps it working until one is lent."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fake = HealthNvml([health_spec(0), health_spec(1, replay=real.NVMLError_NotSupported())])
+    fake.deliver(1, real.nvmlEventTypeXidCriticalError, 79)
+    result = module.check(0.3, nvml=fake)
+    assert result["available"] and result["driver_version"] == "560.35.03" and result["events_watched"]
+    assert result["events_seen"] == [{"gpu": 1, "kind": "xid", "xid": 79, "detail": None}]
+    zero, one = result["gpus"]
+    assert "pcie_replays" in zero["counters_supported"] and "pcie_replays" in one["counters_not_reported"]
+    assert zero["serial"] == "1650923000000" and "utilization_percent" in zero["supported"]
+    assert result["sweep_ms_median"] >= 0 and fake.freed == 1

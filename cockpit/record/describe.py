@@ -27,6 +27,10 @@ def event_summary(event: dict[str, Any]) -> str:
         return str(event.get("detail") or ("SIGTERM sent" if event.get("sent") else "no signal sent"))
     if kind == "void":
         return f"takes back seq {event.get('voided_seq')} ({event.get('voided_type')}) — {event.get('reason')}"
+    if kind == "gpu_health":
+        what = f"Xid {event.get('xid')} ({event.get('meaning')})" if event.get("kind") == "xid" else str(event.get("kind"))
+        runs = ", ".join(str(r) for r in event.get("runs") or []) or "no run"
+        return f"GPU {event.get('gpu')} serial {event.get('serial') or 'not reported'}: {what}; runs on it: {runs}"
     if kind in ("alert", "ack"):
         return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
     skip = {"seq", "ts", "type", "run", "who", "source"}
