@@ -551,7 +551,7 @@ def test_gpu_processes_whose_pids_are_invisible_are_labelled_container(seed_camp
 def test_thresholds_are_checked_in_campaign_toml(seed_campaign, cli):
     write_health(seed_campaign, "idle_percent = 120\n")
     result = cli("check", str(seed_campaign))
-    assert result.returncode == 1 and "health.idle_percent" in result.stdout + result.stderr
+    assert result.returncode == 1 and "[health] → idle_percent: must be at most 100 (got 120)" in result.stderr
 
 
 # ---------------------------------------------------------------- energy and the closing

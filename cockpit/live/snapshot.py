@@ -87,7 +87,7 @@ class GpuView:
     memory_history: tuple[float, ...] = ()  # percent used, oldest first, bounded
     serial: str | None = None
     mig_instances: tuple[Any, ...] | None = None  # MIG on: each instance's memory; utilization is not reported
-    health: dict[str, Any] | None = None  # counters now and since the lot's first sample (live.gpu_health)
+    health: dict[str, Any] | None = field(default=None, hash=False)  # counters now and since the lot's first sample (live.gpu_health)
 
     @property
     def mig(self) -> bool:
