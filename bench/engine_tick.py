@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cockpit.live.engine import Engine  # noqa: E402
-from cockpit.live.gpu import FakeGpus  # noqa: E402
+from cockpit.live.fake_gpus import FakeGpus  # noqa: E402
 from cockpit.plan.load import load_campaign  # noqa: E402
 
 

@@ -108,6 +108,15 @@ def _iso_start(text: str):
     return value
 
 
+def _gpu_fault(text: str):
+    from cockpit.live.fake_gpus import parse_fault  # only when the flag is given
+
+    try:
+        return parse_fault(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix(f"--gpu-fault {text!r}: ")) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="cockpit",
@@ -126,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", metavar="DIR", help="where to make it (default: a new demo-<timestamp> folder in your data folder, ~/.local/share/cockpit on Linux)")
     p.add_argument("--theme", metavar="NAME")
     p.add_argument("--no-tui", action="store_true", help="start the runs and print where they are, without the TUI")
+    p.add_argument("--gpu-fault", action="append", type=_gpu_fault, default=[], metavar="KIND@SECONDS",
+                   help="simulated GPUs suffer KIND that many seconds in: xid79, xid48, ecc, throttle, idle (repeatable; "
+                   "with --no-tui the demo watches until each fault's alert is in the run log)")
 
     p = command("init", "cockpit.commands.init:run", "write a commented campaign.toml to start from (refuses to overwrite one)")
     p.add_argument("dir", metavar="DIR", help="the campaign folder (made when missing)")

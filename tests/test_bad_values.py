@@ -180,7 +180,7 @@ def _engine_with_a_nan_run(campaign: Path):
 
     from cockpit.plan.load import load_campaign
     from cockpit.live.engine import Engine
-    from cockpit.live.gpu import FakeGpus
+    from cockpit.live.fake_gpus import FakeGpus
 
     now = datetime(2026, 11, 30, 18, 0, tzinfo=timezone.utc)
     t0 = (now - timedelta(hours=1)).timestamp()

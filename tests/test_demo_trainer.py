@@ -16,21 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.demo import trainer as demo_trainer
-from cockpit.demo.trainer import (
-    CheckpointError,
-    Settings,
-    State,
-    Trainer,
-    continuation,
-    launch_runs,
-    load_checkpoint,
-    make_corpus,
-    prepare_demo,
-    save_checkpoint,
-    stop_runs,
-    verify_in_fresh_process,
-)
+from cockpit.demo import model as demo_model
+from cockpit.demo import setup as demo_setup
+from cockpit.demo.model import CheckpointError, Settings, State, Trainer, load_checkpoint, make_corpus, save_checkpoint
+from cockpit.demo.setup import launch_runs, prepare_demo, stop_runs
+from cockpit.demo.trainer import continuation, verify_in_fresh_process
 from cockpit.plan.load import load_campaign
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,7 +60,7 @@ def test_the_template_is_a_valid_campaign_with_the_demo_rules():
     assert [r.role.value for r in campaign.runs] == ["control", "variant", "variant"]
     kinds = {rule.kind.value for rule in campaign.model.stop_rules}
     assert kinds == {"non_finite", "below", "truncated", "no_resume", "stalled"}
-    assert set(demo_trainer.demo_run_arguments(TEMPLATE)) == {r.id for r in campaign.runs}
+    assert set(demo_setup.demo_run_arguments(TEMPLATE)) == {r.id for r in campaign.runs}
 
 
 def test_the_expected_test_ids_are_the_corpus_test_documents():
@@ -219,7 +209,7 @@ def test_a_short_context_changes_the_predictions_so_close_sees_two_deliverables(
     """The long test reviews carry their verdict past the short context: the variant's predictions
     are its own, not a copy of the control's that `close` would reject as a duplicate."""
     _, test = make_corpus()
-    reviews = [d for d in test if len(d.tokens) > demo_trainer.SHORT_CONTEXT]
+    reviews = [d for d in test if len(d.tokens) > demo_model.SHORT_CONTEXT]
     assert len(reviews) == 5
     for run, extra in (("ctrl-r1", ()), ("v-short-context", ("--truncate-essential",))):
         result = trainer_cli("--campaign", str(demo), "--run", run, *extra, "--steps", "1200", "--step-seconds", "0",

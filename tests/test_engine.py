@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 from cockpit.common.times import iso
 from cockpit.live.engine import Engine
-from cockpit.live.gpu import FakeGpus, GpuSnapshot
+from cockpit.live.fake_gpus import FakeGpus
+from cockpit.live.gpu import GpuSnapshot
 from cockpit.live.snapshot import to_json
 from cockpit.plan.load import load_campaign
 from cockpit.record import decisions

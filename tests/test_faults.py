@@ -28,7 +28,8 @@ import pytest
 
 from cockpit.live.engine import Engine
 from cockpit.live.runs import terminate_run_of
-from cockpit.live.gpu import GpuSampler, NvmlSource
+from cockpit.live.gpu import NvmlSource
+from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.host import HostProcesses
 from cockpit.plan.load import load_campaign
 from cockpit.record import decisions

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from cockpit.commands.live import render_text
 from cockpit.live.engine import Engine
-from cockpit.live.gpu import FakeGpus
+from cockpit.live.fake_gpus import FakeGpus
 from cockpit.live.metrics import MetricsStream
 from cockpit.live.saved_state import load_state, save_state
 from cockpit.live.track import last_metrics

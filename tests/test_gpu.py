@@ -14,7 +14,9 @@ from typing import Any
 import pynvml as real
 import pytest
 
-from cockpit.live.gpu import FakeGpus, GpuSampler, NvmlSource, open_gpu_source, throttle_reason_names
+from cockpit.live.fake_gpus import FakeGpus
+from cockpit.live.gpu import NvmlSource, open_gpu_source, throttle_reason_names
+from cockpit.live.gpu_sampler import GpuSampler
 
 GIB = 1024**3
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
@@ -148,10 +150,23 @@ def test_two_gpus_are_sampled_into_typed_values():
     assert not first.lost and not first.simulated and first.hidden == frozenset()
     assert snapshot.alerts == () and snapshot.warnings == ()
     assert fake.calls["nvmlInit"] == 1
-    document = snapshot.to_json(now=T0 + timedelta(seconds=3))
-    assert document["nvml"] == {"available": True, "reason": None}
-    assert document["age_seconds"] == 3.0
-    assert document["gpus"][1]["processes"][0] == {"pid": 4243, "used_memory_bytes": 50 * GIB}
+    assert snapshot.age_seconds(T0 + timedelta(seconds=3)) == 3.0
+
+
+def test_the_sampled_figures_reach_status_json_through_the_engine(seed_campaign):
+    """The one JSON form of GPU samples is `status --json`'s (the engine's snapshot), not the source's."""
+    from cockpit.live.engine import Engine
+    from cockpit.live.snapshot import to_json
+    from cockpit.plan.load import load_campaign
+
+    fake = FakeNvml([gpu_spec(0), gpu_spec(1)])
+    ticker = Ticker()
+    engine = Engine(load_campaign(seed_campaign), clock=ticker.clock, gpus=make_source(fake, ticker), persist=False)
+    document = to_json(engine.tick())
+    assert document["nvml"] == {"available": True, "reason": None, "simulated": False}
+    process = document["gpus"][1]["processes"][0]
+    assert (process["pid"], process["used_memory_bytes"], process["run"]) == (4243, 50 * GIB, None)
+    assert document["gpus"][0]["utilization_percent"] == 90 and document["gpus"][0]["name"] == "NVIDIA H200"
 
 
 def test_nvml_is_initialised_once_over_many_samples():
@@ -250,7 +265,7 @@ def test_a_gpu_lost_mid_run_raises_an_alert_naming_it_and_the_other_gpu_goes_on(
     assert alert.rule == "gpu-lost" and alert.gpu_index == 1 and alert.gpu_name == "NVIDIA H200"
     assert alert.message.startswith("GPU 1 (NVIDIA H200) is lost: ")
     assert "GPU is lost" in alert.message
-    assert alert.to_json()["run"] is None
+    assert not hasattr(alert, "run")  # a GPU's alert names no run: the engine logs it with run None
 
     # A lost GPU is not hammered every second; the alert stays while it is lost.
     before = sum(n for key, n in fake.calls.items() if isinstance(key, tuple) and key[1] == 1)
@@ -330,7 +345,7 @@ def test_no_library_or_driver_says_why_and_keeps_going(error, words):
         snapshot = source.sample()
     assert not snapshot.available and snapshot.reason.startswith(words)
     assert snapshot.samples == () and source.available is False
-    assert snapshot.nvml_json() == {"available": False, "reason": snapshot.reason}
+    assert not snapshot.simulated and snapshot.reason  # status --json shows {"available": false, "reason": ...}
     assert fake.calls["nvmlInit"] == 1  # initialised once, not retried every second
     source.close()
     assert fake.calls["nvmlShutdown"] == 0  # never initialised, nothing to shut down
@@ -340,7 +355,7 @@ def test_cockpit_nvml_off_behaves_as_if_no_driver():
     fake = FakeNvml([gpu_spec(0)])
     source = NvmlSource(fake, environ={"COCKPIT_NVML": "off"})
     snapshot = source.sample()
-    assert snapshot.nvml_json() == {"available": False, "reason": "NVML unavailable: turned off by COCKPIT_NVML=off"}
+    assert (snapshot.available, snapshot.reason) == (False, "NVML unavailable: turned off by COCKPIT_NVML=off")
     assert fake.calls == Counter()  # the library is not even touched
     source.close()
 
@@ -516,7 +531,6 @@ def test_fake_gpus_are_always_labelled_simulated_and_stay_plausible():
     for _ in range(600):
         snapshot = fake.sample()
         assert snapshot.simulated and snapshot.available
-        assert snapshot.nvml_json()["simulated"] is True
         for sample in snapshot.samples:
             assert sample.simulated
             assert 0 <= sample.utilization_percent <= 100

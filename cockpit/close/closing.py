@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.close.conclusion import conclude
+from cockpit.close.incidents import energy, hardware_incidents
 from cockpit.close.figures import cost_per_accepted, money, plural, round_hours, short_ts
 from cockpit.close.manifest import build_manifest, read_bytes
 from cockpit.close.measure import PlanSource, measure_run, plan_source, planned_vs_actual
@@ -362,6 +363,8 @@ def _summary(
         runlog_bad_lines=bad_lines,
         all_accepted=all(v.accepted for v in verdicts),
         warnings=warnings,
+        hardware_incidents=hardware_incidents(campaign, state, measures),  # GPU evidence for the provider
+        energy=energy(campaign, len(accepted)),
     )
     return summary, verdicts, source
 

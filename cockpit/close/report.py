@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cockpit.close.incidents import incidents_markdown
 from cockpit.close.figures import plural, short_ts, significant, stop_cause, threshold_text
 from cockpit.close.summary import ClosingSummary
 from cockpit.close.verify import DeliverableVerdict
@@ -138,7 +139,7 @@ def render_report(summary: ClosingSummary) -> str:
             )
     else:
         lines.append("- No run was stopped.")
-    lines += ["", "## Alerts", ""]
+    lines += ["", *incidents_markdown(summary), "## Alerts", ""]
     for alert in summary.alerts:
         where = f" [{alert.run}]" if alert.run else ""
         message = f": {alert.message}" if alert.message else ""

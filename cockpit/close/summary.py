@@ -245,6 +245,10 @@ class ClosingSummary:
     runlog_bad_lines: int
     all_accepted: bool
     warnings: list[str]
+    # The GPU incidents (close/incidents.py: JSON-ready records, one per `gpu_health` event) and the
+    # measured energy in kWh: the evidence a renter sends the provider.
+    hardware_incidents: list[dict[str, Any]] = field(default_factory=list)
+    energy: dict[str, Any] = field(default_factory=dict)
     schema: int = SUMMARY_SCHEMA
     times: ClosingTimes | None = None  # None until the closing time is known
     summary_sha256: str | None = None  # the content hash, once recorded in a `closed` event
@@ -282,6 +286,8 @@ class ClosingSummary:
             "runlog_bad_lines": self.runlog_bad_lines,
             "all_accepted": self.all_accepted,
             "warnings": list(self.warnings),
+            "hardware_incidents": list(self.hardware_incidents),
+            "energy": dict(self.energy),
         })
         if self.summary_sha256 is not None:
             out["summary_sha256"] = self.summary_sha256

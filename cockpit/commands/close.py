@@ -105,6 +105,11 @@ def show(closing: ClosingOutcome) -> None:
         label = escape_control(f"{row.id} ({row.type})")
         out(f"  {label[:38]:<38} {planned:>7}  {measured:>8}  {deviation:>9}".rstrip())
 
+    from cockpit.close.incidents import incidents_text  # the GPU evidence for the provider, and kWh
+
+    for indent, line in incidents_text(s):
+        out(_wrap(line, indent) if line else "")
+
     open_alerts = [a for a in s.alerts if not a.acknowledged]
     if s.alerts:
         out("")

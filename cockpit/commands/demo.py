@@ -36,7 +36,7 @@ def _ask_to_stop(count: int) -> bool:
 
 def run(args) -> int:
     from cockpit.plan.load import load_campaign
-    from cockpit.demo.trainer import launch_runs, prepare_demo, stop_runs
+    from cockpit.demo.setup import launch_runs, prepare_demo, stop_runs
 
     themes = None
     if not args.no_tui:  # refused before anything is made or started
@@ -56,6 +56,13 @@ def run(args) -> int:
     print(f"demo campaign in {directory}: {len(processes)} toy runs started (pids {', '.join(str(p.pid) for p in processes)})")
     if not args.dir:
         print("  (in your data folder; `cockpit demo DIR` puts it elsewhere)")
+    faults = getattr(args, "gpu_fault", None) or []
+    if args.no_tui and faults:
+        from cockpit.demo.faults import watch_faults
+
+        status = watch_faults(campaign, faults, say=lambda text: print(text, flush=True))
+        print(f"the runs go on; watch them with `cockpit {directory}` or `cockpit status {directory}`")
+        return status
     if args.no_tui:
         print(f"watch it with `cockpit {directory}` or `cockpit status {directory}`; the runs end by themselves")
         return 0
@@ -65,8 +72,13 @@ def run(args) -> int:
 
     try:
         # the demo's lot is an RTX 4090: simulated figures in its range (24 GB, 450 W), labelled simulated
-        gpus = live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model,
-                         memory_total_bytes=24 * 2**30, power_limit_w=450.0)
+        if faults:
+            from cockpit.demo.faults import faulty_gpus
+
+            gpus = faulty_gpus(campaign, faults)
+        else:
+            gpus = live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model,
+                             memory_total_bytes=24 * 2**30, power_limit_w=450.0)
         engine = Engine(campaign, gpus=gpus)
         return run_app(campaign, engine, theme=args.theme, bell=True, themes=themes)
     finally:

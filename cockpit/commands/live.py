@@ -12,7 +12,8 @@ from cockpit.common.text import escape_control, json_safe
 from cockpit.common.times import hours_text, parse_ts, utc_now
 from cockpit.errors import UsageError
 from cockpit.live.engine import Engine, env_nvml_source
-from cockpit.live.gpu import GpuSampler
+from cockpit.live.gpu_health import health_lines
+from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.snapshot import Snapshot, to_json
 from cockpit.plan.load import load_campaign
 
@@ -66,11 +67,13 @@ def render_text(snapshot: Snapshot) -> str:
             f"{gpu.memory_used_bytes / 2**30:.1f}/{gpu.memory_total_bytes / 2**30:.0f} GiB"
             if gpu.memory_used_bytes is not None and gpu.memory_total_bytes else "mem –"
         )
+        utilization = "util not reported (MIG)" if gpu.mig else f"{_value(gpu.utilization_percent)} %"
         lines.append(
-            f"GPU {gpu.index}     {gpu.name}{label}: {_value(gpu.utilization_percent)} % · {memory} · "
+            f"GPU {gpu.index}     {gpu.name}{label}: {utilization} · {memory} · "
             f"{_value(gpu.temperature_c)} °C · {_value(gpu.power_watts)} W"
             + (f" · slowed by {', '.join(gpu.throttle_reasons)}" if gpu.throttle_reasons else "")
         )
+        lines += [f"          {line}" for line in health_lines(gpu)]
     lines.append("")
     ids = {run.id: escape_control(run.id) for run in snapshot.runs}
     width = max([RUN_COLUMN] + [len(shown) + 2 for shown in ids.values()])

@@ -21,7 +21,10 @@ from cockpit.common.layout import state_dir
 from cockpit.common.times import iso, parse_ts, utc_now
 from cockpit.live.builtin_alerts import PILOT_DUE, STREAM_UNREADABLE, Pending, built_in_alerts, stream_identity
 from cockpit.live.clock import ItemProgress, lot_clock, projected
-from cockpit.live.gpu import FakeGpus, GpuSampler, GpuSnapshot, NvmlSource
+from cockpit.live.fake_gpus import FakeGpus
+from cockpit.live.gpu import GpuSnapshot, NvmlSource
+from cockpit.live.gpu_health import HealthMonitor, record_incident
+from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.host import HostProcesses
 from cockpit.live.metric_values import seconds_to_datetime
 from cockpit.live.metrics import MetricsStream
@@ -95,6 +98,7 @@ class Engine:
         self._undeclared_at: float | None = None
         self.pilot_due_at: datetime | None = None
         self._ticked = False
+        self.health = HealthMonitor(self.directory, campaign.model.health, persist=persist, monotonic=monotonic)
 
         self._started = False
         self._start_if_due(clock())
@@ -144,6 +148,7 @@ class Engine:
     def close(self) -> None:
         """Save where reading stopped and release the GPU source."""
         self._save(force=True)
+        self.health.close()
         closer = getattr(self.gpus, "close", None)
         if closer:
             closer()
@@ -223,6 +228,8 @@ class Engine:
                 start_in(tx, self.campaign, events)
             for item in keep:
                 fields = {k: v for k, v in item.fields.items() if k != "once"}
+                if not record_incident(tx, events, fields):  # a GPU incident: its gpu_health evidence first, once
+                    continue
                 written.append(tx.append(EventType.ALERT, key=item.key, **fields))
                 if item.key in self._rearmed:
                     self._rearmed.discard(item.key)
@@ -294,6 +301,9 @@ class Engine:
             for t in triggers
         ]
         pending += self._built_in(now, recorded, alive, dead, run_pids)
+        running = {r.id: r.gpu_list for r in self.campaign.runs if run_state(self.streams[r.id].track, recorded.stop_of(r.id),
+                                                                            alive.get(r.id), bool(self.streams[r.id].error)) == RunState.RUNNING}
+        pending += [Pending(key, fields) for key, fields in self.health.observe(now, gpu_snapshot, running)]  # gpu-xid, -ecc, -throttled, -idle
         window = [
             Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts
@@ -451,7 +461,7 @@ class Engine:
             )
         return progress
 
-    def _gpu_views(self, snapshot: GpuSnapshot, process_runs: dict[int, str]) -> tuple[GpuView, ...]:
+    def _gpu_views(self, snapshot: GpuSnapshot, process_runs: dict[int, str], container: bool = False) -> tuple[GpuView, ...]:
         views = []
         for sample in snapshot.samples:
             utilization, memory = self._gpu_history.setdefault(sample.index, (deque(maxlen=HISTORY), deque(maxlen=HISTORY)))
@@ -459,7 +469,7 @@ class Engine:
                 utilization.append(float(sample.utilization_percent))
             if sample.memory_used_bytes is not None and sample.memory_total_bytes:
                 memory.append(100.0 * sample.memory_used_bytes / sample.memory_total_bytes)
-            views.append(GpuView.of(sample, process_runs, utilization, memory))
+            views.append(GpuView.of(sample, process_runs, utilization, memory, container=container, health=self.health.view(sample)))
         return tuple(views)
 
     def _snapshot(self, now, recorded, gpu_snapshot, reading, alive, run_pids, unrecorded=()) -> Snapshot:
@@ -528,6 +538,7 @@ class Engine:
         if self._bad_log_lines:
             notices.append(f"runlog.jsonl: {self._bad_log_lines} torn or bad line{'s' if self._bad_log_lines != 1 else ''} skipped")
         notices.extend(w for w in gpu_snapshot.warnings if w not in notices)
+        notices.extend(self.health.notices)
 
         alerts = tuple(
             AlertView(
@@ -556,7 +567,7 @@ class Engine:
             lot=LotView.of(lot, campaign_id=campaign.id, question=campaign.model.question, price_usd=self.plan.price),
             clock=ClockView.of(reading, now),
             nvml=NvmlView.of(gpu_snapshot, now),
-            gpus=self._gpu_views(gpu_snapshot, process_runs),
+            gpus=self._gpu_views(gpu_snapshot, process_runs, process_map.container),
             host=HostView.of(self.host.host(self.directory)),
             runs=tuple(runs),
             alerts=alerts,

@@ -99,11 +99,12 @@ class GpuProcessView:
     pid: int
     used_memory_bytes: int | None
     run: str | None
+    container: bool = False  # NVML's pid is not visible here (the cockpit or the run is in a container)
 
     @classmethod
-    def of(cls, process: GpuProcess, runs: Mapping[int, str]) -> GpuProcessView:
-        """`runs`: pid → the run it belongs to, where known."""
-        return _from_source(cls, process, run=runs.get(process.pid))
+    def of(cls, process: GpuProcess, runs: Mapping[int, str], container: bool = False) -> GpuProcessView:
+        """`runs`: pid → the run it belongs to, where known; `container`: NVML's pids are not ours."""
+        return _from_source(cls, process, run=runs.get(process.pid), container=container)
 
 
 @dataclass(frozen=True)
@@ -126,11 +127,18 @@ class GpuView:
     simulated: bool = False
     utilization_history: tuple[float, ...] = ()  # oldest first, bounded
     memory_history: tuple[float, ...] = ()  # percent used, oldest first, bounded
+    serial: str | None = None
+    mig_instances: tuple[Any, ...] | None = None  # MIG on: each instance's memory; utilization is not reported
+    health: dict[str, Any] | None = field(default=None, hash=False)  # counters now and since the lot's first sample (live.gpu_health)
+
+    @property
+    def mig(self) -> bool:
+        return self.mig_instances is not None
 
     @classmethod
     def of(
         cls, sample: GpuSample, process_runs: Mapping[int, str], utilization_history: Iterable[float],
-        memory_history: Iterable[float],
+        memory_history: Iterable[float], *, container: bool = False, health: dict[str, Any] | None = None,
     ) -> GpuView:
         """From one GPU sample. The view's throttle reasons are those that slow a run down (the
         sample's own `throttle_reasons` also holds idle and settings), and its power is in watts."""
@@ -139,9 +147,10 @@ class GpuView:
             power_watts=sample.power_draw_w,
             power_limit_watts=sample.power_limit_w,
             throttle_reasons=sample.slowed_by,
-            processes=tuple(GpuProcessView.of(p, process_runs) for p in sample.processes or ()),
+            processes=tuple(GpuProcessView.of(p, process_runs, container) for p in sample.processes or ()),
             utilization_history=tuple(utilization_history),
             memory_history=tuple(memory_history),
+            health=health,
         )
 
 
@@ -287,7 +296,15 @@ def to_json(snapshot: Snapshot) -> dict[str, Any]:
                 "sm_clock_mhz": g.sm_clock_mhz,
                 "memory_clock_mhz": g.memory_clock_mhz,
                 "throttle_reasons": list(g.throttle_reasons),
-                "processes": [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes, "run": p.run} for p in g.processes],
+                "processes": [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes, "run": p.run, "container": p.container}
+                              for p in g.processes],
+                "serial": g.serial,
+                "mig": g.mig,
+                "mig_instances": None if g.mig_instances is None else [
+                    {"index": m.index, "uuid": m.uuid, "memory_used_bytes": m.memory_used_bytes, "memory_total_bytes": m.memory_total_bytes}
+                    for m in g.mig_instances
+                ],
+                "health": g.health,
             }
             for g in snapshot.gpus
         ],

@@ -263,6 +263,18 @@ class CalendarSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HealthSettings:
+    """[health]: when the built-in GPU alerts gpu-throttled and gpu-idle fire."""
+
+    __pydantic_config__ = _STRICT_KEYS
+
+    throttle_percent: Annotated[float, Gt(0), Le(100), Finite] = 20.0  # share of the window in power/thermal slowdown
+    throttle_minutes: Annotated[float, Gt(0), Le(MAX_HOURS * 60), Finite] = 10.0  # the window
+    idle_percent: Annotated[float, Gt(0), Le(100), Finite] = 5.0  # utilization under this counts as idle
+    idle_minutes: Annotated[float, Gt(0), Le(MAX_HOURS * 60), Finite] = 10.0  # idle this long while a run runs
+
+
+@dataclass(frozen=True, kw_only=True)
 class Task:
     """[[task]]: human or machine work on the calendar that is not a monitored run."""
 
@@ -484,6 +496,7 @@ class CampaignModel:
     closing: Closing | None = None
     lot: Lot
     calendar: CalendarSettings = field(default_factory=CalendarSettings)
+    health: HealthSettings = field(default_factory=HealthSettings)
     tasks: list[Task] = field(default_factory=list)
     runs: list[Run] = field(default_factory=list)
     pilot: Pilot | None = None

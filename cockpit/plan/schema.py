@@ -122,7 +122,7 @@ def _describe(error: dict[str, Any], raw: dict[str, Any]) -> tuple[str, int | No
     """(table, index, key, message) for one pydantic error."""
     loc = list(error["loc"])
     table, index = "", None
-    if loc and isinstance(loc[0], str) and loc[0] in _ARRAY_TABLES | {"lot", "calendar", "closing", "pilot", "notify"}:
+    if loc and isinstance(loc[0], str) and loc[0] in _ARRAY_TABLES | {"lot", "calendar", "health", "closing", "pilot", "notify"}:
         table = loc.pop(0)
         if table in _ARRAY_TABLES and loc and isinstance(loc[0], int):
             index = loc.pop(0)

@@ -32,6 +32,10 @@ def event_summary(event: dict[str, Any]) -> str:
     if kind in (EventType.NOTIFIED, EventType.NOTIFY_FAILED):  # a notification sent (or given up) on one channel
         keys = event.get("keys") if isinstance(event.get("keys"), list) else [event.get("key")]
         return f"{event.get('channel')}: {', '.join(str(k) for k in keys)}" + (f" — {event['error']}" if event.get("error") else "")
+    if kind == EventType.GPU_HEALTH:
+        what = f"Xid {event.get('xid')} ({event.get('meaning')})" if event.get("kind") == "xid" else str(event.get("kind"))
+        runs = ", ".join(str(r) for r in event.get("runs") or []) or "no run"
+        return f"GPU {event.get('gpu')} serial {event.get('serial') or 'not reported'}: {what}; runs on it: {runs}"
     if kind in (EventType.ALERT, EventType.ACK):
         return f"{event.get('rule')}: {event.get('message', '')}".rstrip(": ")
     skip = {"seq", "ts", "type", "run", "who", "source"}

@@ -22,6 +22,7 @@ class EventType(StrEnum):
     NOTE = "note"
     VOID = "void"  # a decision taken back
     CLOSED = "closed"  # the campaign closed
+    GPU_HEALTH = "gpu_health"  # a GPU incident (Xid, ECC, throttling, idle) with its evidence: once per incident
     NOTIFIED = "notified"  # a notification sent on one channel (the ledger that makes it go out once)
     NOTIFY_FAILED = "notify_failed"  # a channel that kept failing for 10 minutes: given up, shown as a notice
 
