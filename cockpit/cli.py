@@ -108,6 +108,16 @@ def _iso_start(text: str):
     return value
 
 
+METRICS_HELP = (
+    "serve /metrics (Prometheus) and /snapshot.json (status --json) on ADDR:PORT, e.g. 127.0.0.1:9464 "
+    "(a bare PORT binds to loopback; reach it from elsewhere with ssh -L)"
+)
+LOT_HELP = (
+    "another lot to show, by its --metrics address as seen from here, e.g. b=http://127.0.0.1:19464 "
+    "(repeatable; also [[lot_view]] entries in ~/.config/cockpit/lots.toml)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="cockpit",
@@ -148,11 +158,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("status", "cockpit.commands.live:status", "one snapshot: clock, GPUs, runs, active alerts (exit 1 when alerts are active)")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--lot", action="append", metavar="NAME=URL", help=LOT_HELP)
+    p.add_argument("--textfile", metavar="PATH", help="also write the metrics, atomically, as a .prom file for node_exporter's textfile collector")
 
     p = command("watch", "cockpit.commands.live:watch", "evaluate stop rules and record alerts and auto-stops without a UI")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--headless", action="store_true", help="run without a UI (required)")
     p.add_argument("--interval", type=_positive, default=1.0, metavar="SECONDS", help="seconds between ticks (default 1)")
+    p.add_argument("--metrics", metavar="ADDR:PORT", help=METRICS_HELP)
 
     p = command("stop", "cockpit.commands.register:stop", "record a stop decision for a run")
     p.add_argument("dir", metavar="DIR")
@@ -213,6 +226,8 @@ def build_tui_parser() -> argparse.ArgumentParser:
     parser.add_argument("dir", nargs="?", default=".", metavar="DIR")
     parser.add_argument("--theme", metavar="NAME", help="a theme from themes/ or ~/.config/cockpit/themes/")
     parser.add_argument("--no-bell", action="store_true", help="do not ring the terminal bell on a new alert")
+    parser.add_argument("--metrics", metavar="ADDR:PORT", help=METRICS_HELP)
+    parser.add_argument("--lot", action="append", metavar="NAME=URL", help=LOT_HELP)
     parser.set_defaults(handler="cockpit.commands.tui:run", command=None)
     return parser
 

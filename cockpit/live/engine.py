@@ -97,6 +97,7 @@ class Engine:
         signal_runs: bool = True,
         persist: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
+        extra_alerts: Callable[[datetime], list[tuple[str, dict[str, Any]]]] | None = None,
     ):
         self.campaign = campaign
         self.directory = campaign.directory
@@ -110,6 +111,7 @@ class Engine:
         self.signal_runs = signal_runs
         self.persist = persist
         self._monotonic = monotonic
+        self.extra_alerts = extra_alerts  # (key, fields) of alerts from outside the campaign (another lot silent)
         self._saved_at: float | None = None
         self._unsaved = False
         self.notices: list[str] = []
@@ -326,6 +328,8 @@ class Engine:
             for t in triggers
         ]
         pending += self._built_in_alerts(now, recorded, alive, dead, run_pids)
+        if self.extra_alerts is not None:
+            pending += [_Pending(key, fields) for key, fields in self.extra_alerts(now)]
         window = [
             _Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts
@@ -599,6 +603,7 @@ class Engine:
                 GpuView(
                     index=sample.index,
                     name=sample.name,
+                    uuid=sample.uuid,
                     utilization_percent=sample.utilization_percent,
                     memory_used_bytes=sample.memory_used_bytes,
                     memory_total_bytes=sample.memory_total_bytes,

@@ -70,6 +70,7 @@ class GpuView:
 
     index: int
     name: str
+    uuid: str | None = None  # NVML's GPU UUID: names the same GPU across reboots and index changes
     utilization_percent: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
