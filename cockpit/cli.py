@@ -136,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", nargs="?", metavar="DIR", help="where to make it (default: a new demo-<timestamp> folder in your data folder, ~/.local/share/cockpit on Linux)")
     p.add_argument("--theme", metavar="NAME")
     p.add_argument("--no-tui", action="store_true", help="start the runs and print where they are, without the TUI")
+    p.add_argument("--metrics", metavar="ADDR:PORT", help=METRICS_HELP)
+    p.add_argument("--lot", action="append", metavar="NAME=URL", help=LOT_HELP)
 
     p = command("init", "cockpit.commands.init:run", "write a commented campaign.toml to start from (refuses to overwrite one)")
     p.add_argument("dir", metavar="DIR", help="the campaign folder (made when missing)")
