@@ -367,3 +367,9 @@ def test_a_real_prometheus_scraping_watch_metrics_on_the_demo(tmp_path):
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+
+def test_demo_no_tui_refuses_metrics_and_says_how(tmp_path):
+    result = run_cli("demo", str(tmp_path / "demo"), "--no-tui", "--metrics", "127.0.0.1:9464")
+    assert result.returncode == 2 and "cockpit watch DIR --headless --metrics" in result.stderr
+    assert not (tmp_path / "demo").exists()  # refused before anything was made or started

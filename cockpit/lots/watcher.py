@@ -60,7 +60,7 @@ def parse_snapshot(body: bytes) -> dict[str, Any]:
     """A cockpit `/snapshot.json` (the shape of `status --json`), or LotFetchError saying why not."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise LotFetchError("the answer is not JSON: is the URL another cockpit's --metrics address?") from None
     wanted = {"campaign": str, "lot": dict, "runs": list, "alerts": list, "gpus": list}
     if not isinstance(data, dict) or any(not isinstance(data.get(key), kind) for key, kind in wanted.items()):
@@ -216,7 +216,12 @@ class LotWatcher:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.poll_once()
+            try:
+                self.poll_once()
+            except Exception as error:  # never the end of the watching: said as this lot's error
+                with self._lock:
+                    self._reading = replace(self._reading, error=f"{type(error).__name__}: {error}", attempted=True,
+                                            failing_since=self._reading.failing_since or self.clock())
             self._stop.wait(self.interval)
 
     def start(self) -> LotWatcher:
