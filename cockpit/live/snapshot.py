@@ -70,7 +70,6 @@ class GpuView:
 
     index: int
     name: str
-    uuid: str | None = None  # NVML's GPU UUID: names the same GPU across reboots and index changes
     utilization_percent: float | None = None
     memory_used_bytes: int | None = None
     memory_total_bytes: int | None = None
@@ -85,6 +84,7 @@ class GpuView:
     simulated: bool = False
     utilization_history: tuple[float, ...] = ()  # oldest first, bounded
     memory_history: tuple[float, ...] = ()  # percent used, oldest first, bounded
+    uuid: str | None = None  # NVML's GPU UUID: names the same GPU across reboots and index changes (last: fields are given by position)
 
 
 @dataclass(frozen=True)

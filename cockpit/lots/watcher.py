@@ -283,7 +283,7 @@ class OtherLots:
             age = reading.age_seconds(now)
             kept = (
                 f"its last reading, {_ago(age)} old, is still shown" if age is not None
-                else "it has not answered since this cockpit started"
+                else "there is no reading of it yet"
             )
             raised.append((
                 f"{UNREACHABLE_RULE}:{reading.name}",
