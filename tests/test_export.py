@@ -373,3 +373,17 @@ def test_demo_no_tui_refuses_metrics_and_says_how(tmp_path):
     result = run_cli("demo", str(tmp_path / "demo"), "--no-tui", "--metrics", "127.0.0.1:9464")
     assert result.returncode == 2 and "cockpit watch DIR --headless --metrics" in result.stderr
     assert not (tmp_path / "demo").exists()  # refused before anything was made or started
+
+
+def test_each_gpu_is_labelled_with_its_index_and_uuid_from_the_readings(seed_campaign):
+    from cockpit.live.engine import Engine, SimulatedGpus
+
+    campaign = load_campaign(seed_campaign)
+    engine = Engine(campaign, clock=lambda: NOW, gpus=SimulatedGpus(2, "RTX 4090", None, memory_total_bytes=24 * 2**30))
+    try:
+        found = samples(exposition(engine.tick(), LabelSets.of(campaign)))
+    finally:
+        engine.close()
+    gpus = {dict(label_set)["uuid"] for name, label_set in found if name == "cockpit_gpu_utilization_ratio"}
+    assert gpus == {"GPU-simulated-0000", "GPU-simulated-0001"}
+    assert found[("cockpit_gpu_memory_total_bytes", (("gpu", "1"), ("uuid", "GPU-simulated-0001")))] == 24 * 2**30
