@@ -115,6 +115,14 @@ def _gpu_fault(text: str):
         return parse_fault(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error).removeprefix(f"--gpu-fault {text!r}: ")) from None
+METRICS_HELP = (
+    "serve /metrics (Prometheus) and /snapshot.json (status --json) on ADDR:PORT, e.g. 127.0.0.1:9464 "
+    "(a bare PORT binds to loopback; reach it from elsewhere with ssh -L)"
+)
+LOT_HELP = (
+    "another lot to show, by its --metrics address as seen from here, e.g. b=http://127.0.0.1:19464 "
+    "(repeatable; also [[lot_view]] entries in ~/.config/cockpit/lots.toml)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -138,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-fault", action="append", type=_gpu_fault, default=[], metavar="KIND@SECONDS",
                    help="simulated GPUs suffer KIND that many seconds in: xid79, xid48, ecc, throttle, idle (repeatable; "
                    "with --no-tui the demo watches until each fault's alert is in the run log)")
+    p.add_argument("--metrics", metavar="ADDR:PORT", help=METRICS_HELP)
+    p.add_argument("--lot", action="append", metavar="NAME=URL", help=LOT_HELP)
 
     p = command("init", "cockpit.commands.init:run", "write a commented campaign.toml to start from (refuses to overwrite one)")
     p.add_argument("dir", metavar="DIR", help="the campaign folder (made when missing)")
@@ -160,11 +170,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("status", "cockpit.commands.live:status", "one snapshot: clock, GPUs, runs, active alerts (exit 1 when alerts are active)")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--lot", action="append", metavar="NAME=URL", help=LOT_HELP)
+    p.add_argument("--textfile", metavar="PATH", help="also write the metrics, atomically, as a .prom file for node_exporter's textfile collector")
 
     p = command("watch", "cockpit.commands.live:watch", "evaluate stop rules and record alerts and auto-stops without a UI")
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--headless", action="store_true", help="run without a UI (required)")
     p.add_argument("--interval", type=_positive, default=1.0, metavar="SECONDS", help="seconds between ticks (default 1)")
+    p.add_argument("--metrics", metavar="ADDR:PORT", help=METRICS_HELP)
 
     p = command("stop", "cockpit.commands.register:stop", "record a stop decision for a run")
     p.add_argument("dir", metavar="DIR")
@@ -229,6 +242,8 @@ def build_tui_parser() -> argparse.ArgumentParser:
     parser.add_argument("dir", nargs="?", default=".", metavar="DIR")
     parser.add_argument("--theme", metavar="NAME", help="a theme from themes/ or ~/.config/cockpit/themes/")
     parser.add_argument("--no-bell", action="store_true", help="do not ring the terminal bell on a new alert")
+    parser.add_argument("--metrics", metavar="ADDR:PORT", help=METRICS_HELP)
+    parser.add_argument("--lot", action="append", metavar="NAME=URL", help=LOT_HELP)
     parser.set_defaults(handler="cockpit.commands.tui:run", command=None)
     return parser
 

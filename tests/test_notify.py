@@ -372,7 +372,7 @@ def _stop_watcher(process) -> str:
 
 
 def test_done_when_the_demo_nan_stop_arrives_once_within_5_s_and_never_again_after_restarts(tmp_path, receiver):
-    from cockpit.demo.trainer import launch_runs, prepare_demo, stop_runs
+    from cockpit.demo.setup import launch_runs, prepare_demo, stop_runs
 
     directory = prepare_demo(tmp_path / "demo", utc_now())
     # the demo's diverging run, fast: its loss turns NaN a few seconds in, and the nan-loss rule stops it

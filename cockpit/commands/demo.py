@@ -39,10 +39,18 @@ def run(args) -> int:
     from cockpit.demo.setup import launch_runs, prepare_demo, stop_runs
 
     themes = None
+    if args.no_tui and (args.metrics is not None or args.lot):
+        raise UsageError("--metrics and --lot go with the demo's TUI; with --no-tui, serve it with "
+                         "`cockpit watch DIR --headless --metrics 127.0.0.1:9464` once it is made")
     if not args.no_tui:  # refused before anything is made or started
         from cockpit.commands.tui import require_terminal, theme_catalog
+        from cockpit.export.server import parse_address
+        from cockpit.lots.config import lot_sources
 
         themes = theme_catalog(args.theme)
+        if args.metrics is not None:
+            parse_address(args.metrics)
+        lot_sources(args.lot)  # a bad --lot or lots.toml is said before the demo starts
         require_terminal("for the demo without one use `cockpit demo --no-tui`, then `cockpit status DIR`")
     target = _target(args)
     try:
@@ -67,7 +75,9 @@ def run(args) -> int:
         print(f"watch it with `cockpit {directory}` or `cockpit status {directory}`; the runs end by themselves")
         return 0
 
+    from cockpit.commands.live import other_lots, status_extra
     from cockpit.commands.tui import run_app
+    from cockpit.export.server import serve
     from cockpit.live.engine import Engine, live_gpus
 
     try:
@@ -79,8 +89,10 @@ def run(args) -> int:
         else:
             gpus = live_gpus(simulate=campaign.lot.gpu_count, name=campaign.lot.gpu_model,
                              memory_total_bytes=24 * 2**30, power_limit_w=450.0)
-        engine = Engine(campaign, gpus=gpus)
-        return run_app(campaign, engine, theme=args.theme, bell=True, themes=themes)
+        lots = other_lots(args, campaign)
+        server, latest = serve(args.metrics, campaign, status_extra(campaign))
+        engine = Engine(campaign, gpus=gpus, extra_alerts=lots.alerts if lots else None)
+        return run_app(campaign, engine, theme=args.theme, bell=True, themes=themes, server=server, latest=latest, lots=lots)
     finally:
         alive = [p for p in processes if p.poll() is None]
         if alive and _ask_to_stop(len(alive)):

@@ -1,20 +1,21 @@
-"""`cockpit status` (one snapshot) and `cockpit watch --headless` (the engine in a loop, no UI)."""
+"""`cockpit status` (one snapshot; `--lot` adds other lots, `--textfile` writes the metrics for
+node_exporter) and `cockpit watch --headless` (the engine in a loop, no UI; `--metrics` serves
+`/metrics` and `/snapshot.json`)."""
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import threading
 from datetime import datetime
 
-from cockpit.common.text import escape_control, json_safe
+from cockpit.common.text import escape_control
 from cockpit.common.times import hours_text, parse_ts, utc_now
 from cockpit.errors import UsageError
 from cockpit.live.engine import Engine, env_nvml_source
 from cockpit.live.gpu_health import health_lines
 from cockpit.live.gpu_sampler import GpuSampler
-from cockpit.live.snapshot import Snapshot, to_json
+from cockpit.live.snapshot import Snapshot
 from cockpit.plan.load import load_campaign
 
 RUN_COLUMN = 16  # the run ids' column; a longer id widens it, so columns never run together
@@ -108,21 +109,78 @@ def render_text(snapshot: Snapshot) -> str:
     return "\n".join(escape_control(line) for line in lines)
 
 
+def other_lots(args, campaign):
+    """The other lots `--lot` and lots.toml name (None when there are none)."""
+    from cockpit.lots.config import lot_sources
+    from cockpit.lots.watcher import OtherLots
+
+    sources = lot_sources(getattr(args, "lot", None))
+    return OtherLots.of(sources, campaign.directory) if sources else None
+
+
+def status_extra(campaign):
+    """What `status --json` adds to the engine's snapshot (the `notify` object and its notices):
+    given to the exporter, so its /snapshot.json is exactly `status --json`."""
+    from cockpit.notify.status import with_notify
+
+    def extra(snapshot):
+        snapshot, notify_json, _lines = with_notify(campaign, snapshot)
+        return snapshot, {"notify": notify_json}
+
+    return extra
+
+
 def status(args) -> int:
     from cockpit.notify.status import with_notify
 
     campaign = load_campaign(args.dir)
-    engine = Engine(campaign)  # NVML sampled once, in the tick
+    if args.textfile is not None:
+        from cockpit.export.textfile import check_textfile_path
+
+        check_textfile_path(args.textfile)  # refused before anything is read or written
+    lots = other_lots(args, campaign)
+    if lots:
+        lots.poll_once()  # before the tick: a lot silent long enough is an alert of this snapshot
+    engine = Engine(campaign, extra_alerts=lots.alerts if lots else None)  # NVML sampled once, in the tick
     try:
         snapshot = engine.tick()
     finally:
         engine.close()
+        if lots:
+            lots.close()
     snapshot, notify_json, notify_lines = with_notify(campaign, snapshot)  # channels (masked), channels that gave up
+    if args.textfile is not None:
+        from cockpit.export.metrics import LabelSets
+        from cockpit.export.textfile import write_textfile
+
+        write_textfile(args.textfile, snapshot, LabelSets.of(campaign))
+    extra: dict = {"notify": notify_json}
+    if lots:
+        from cockpit.lots.summary import summarize
+
+        readings = lots.readings()
+        extra.update(
+            lots=[reading.to_json(snapshot.taken_at) for reading in readings],
+            lots_summary=summarize(snapshot, readings, snapshot.taken_at).to_json(),
+        )
     if args.json:
-        sys.stdout.write(json_safe(json.dumps({**to_json(snapshot), "notify": notify_json}, ensure_ascii=False, allow_nan=False)) + "\n")
+        from cockpit.export.server import status_json
+
+        sys.stdout.write(status_json(snapshot, extra) + "\n")
     else:
         print(render_text(snapshot) + "".join("\n" + escape_control(line) for line in notify_lines))
+        if lots:
+            print(render_lots(snapshot, lots.readings()))
     return 1 if snapshot.alerts else 0
+
+
+def render_lots(snapshot: Snapshot, readings) -> str:
+    from cockpit.lots.summary import reading_lines, summarize
+
+    lines = ["", "lots      " + summarize(snapshot, readings, snapshot.taken_at).text()]
+    for reading in readings:
+        lines += ["", *reading_lines(reading, snapshot.taken_at)]
+    return "\n".join(lines)  # reading_lines and the summary escape what they quote
 
 
 def watch(args) -> int:
@@ -131,6 +189,9 @@ def watch(args) -> int:
     from cockpit.notify.sender import alongside
 
     campaign = load_campaign(args.dir)
+    from cockpit.export.server import serve
+
+    server, latest = serve(args.metrics, campaign, status_extra(campaign))  # a port in use is refused before anything starts
     sampler = GpuSampler(env_nvml_source(), interval=max(1.0, args.interval)).start()
     engine = alongside(campaign, Engine(campaign, gpus=sampler))  # notifications, when configured, on their own thread
     stopping = threading.Event()
@@ -144,6 +205,8 @@ def watch(args) -> int:
         from cockpit.notify.status import describe
 
         print("\n".join(describe(engine.notifier.config)), flush=True)
+    if server is not None:
+        print(f"metrics on {server.url}/metrics, the snapshot on {server.url}/snapshot.json", flush=True)
     said: set[object] = set()  # alert seqs, unrecorded alert keys, notices and errors already printed
 
     def say_once(key: object, text: str) -> None:
@@ -155,6 +218,8 @@ def watch(args) -> int:
         while not stopping.is_set():
             try:
                 snapshot = engine.tick()
+                if latest is not None:
+                    latest.publish(snapshot)
             except Exception as error:  # a watcher runs for days: one bad tick is said, not fatal
                 say_once(("error", str(error)), f"{_local(utc_now())}  ERROR {type(error).__name__}: {error}; still watching")
                 stopping.wait(max(args.interval, 5.0))
@@ -166,6 +231,8 @@ def watch(args) -> int:
                 say_once(("notice", notice), f"note: {notice}")
             stopping.wait(args.interval)
     finally:
+        if server is not None:
+            server.close()
         engine.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -30,8 +30,10 @@ def require_terminal(hint: str) -> None:
         raise UsageError(f"the cockpit needs a terminal (run it in tmux over SSH); {hint}")
 
 
-def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
-    """Run the TUI over `engine` until the user quits; the engine is closed after the last tick."""
+def run_app(campaign, engine, *, theme: str | None, bell: bool, themes, server=None, latest=None, lots=None) -> int:
+    """Run the TUI over `engine` until the user quits; the engine is closed after the last tick
+    (and the metrics server and the other lots' watchers with it)."""
+    from cockpit.export.server import PublishingSource
     from cockpit.live.runs import terminate_run_of
     from cockpit.notify.sender import alongside
     from cockpit.tui.app import CockpitApp
@@ -41,8 +43,9 @@ def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
     try:
         app = CockpitApp(
             campaign,
-            engine,
+            PublishingSource(engine, latest) if latest is not None else engine,
             engine.log,
+            lots=lots.start() if lots else None,
             theme=theme,  # None: the dark theme, or the monochrome one under NO_COLOR
             bell=bell,
             signal_run=lambda run_id: terminate_run_of(campaign, run_id),
@@ -50,6 +53,10 @@ def run_app(campaign, engine, *, theme: str | None, bell: bool, themes) -> int:
         )
         app.run()
     finally:
+        if server is not None:
+            server.close()
+        if lots:
+            lots.close()
         if app is not None:
             with app.tick_lock:  # a tick still under way in its thread finishes first
                 engine.close()
@@ -66,7 +73,14 @@ def run(args) -> int:
     campaign = load_campaign(args.dir)
     require_terminal(f"for a one-off view without one use `cockpit status {args.dir}` or `cockpit status {args.dir} --json`")
     # Imported here: the engine samples NVML and reads the runs' metrics, which `cockpit --help` never needs.
+    from cockpit.commands.live import other_lots, status_extra
+    from cockpit.export.server import parse_address, serve
     from cockpit.live.engine import Engine, live_gpus
 
-    engine = Engine(campaign, gpus=live_gpus())  # NVML on its own thread: a hung driver call never freezes the screen
-    return run_app(campaign, engine, theme=args.theme, bell=not args.no_bell, themes=catalog)
+    if args.metrics is not None:
+        parse_address(args.metrics)  # a bad address is refused before anything starts
+    lots = other_lots(args, campaign)
+    server, latest = serve(args.metrics, campaign, status_extra(campaign))
+    # NVML on its own thread: a hung driver call never freezes the screen
+    engine = Engine(campaign, gpus=live_gpus(), extra_alerts=lots.alerts if lots else None)
+    return run_app(campaign, engine, theme=args.theme, bell=not args.no_bell, themes=catalog, server=server, latest=latest, lots=lots)

@@ -68,6 +68,7 @@ class Engine:
         signal_runs: bool = True,
         persist: bool = True,
         monotonic: Callable[[], float] = time.monotonic,
+        extra_alerts: Callable[[datetime], list[tuple[str, dict[str, Any]]]] | None = None,
     ):
         self.campaign = campaign
         self.directory = campaign.directory
@@ -81,6 +82,7 @@ class Engine:
         self.signal_runs = signal_runs
         self.persist = persist
         self._monotonic = monotonic
+        self.extra_alerts = extra_alerts  # (key, fields) of alerts from outside the campaign (another lot silent)
         self._saved_at: float | None = None
         self._unsaved = False
         self.notices: list[str] = []
@@ -304,6 +306,8 @@ class Engine:
         running = {r.id: r.gpu_list for r in self.campaign.runs if run_state(self.streams[r.id].track, recorded.stop_of(r.id),
                                                                             alive.get(r.id), bool(self.streams[r.id].error)) == RunState.RUNNING}
         pending += [Pending(key, fields) for key, fields in self.health.observe(now, gpu_snapshot, running)]  # gpu-xid, -ecc, -throttled, -idle
+        if self.extra_alerts is not None:  # alerts of watchers beside the engine (lot-unreachable)
+            pending += [Pending(key, fields) for key, fields in self.extra_alerts(now)]
         window = [
             Pending(a.key, {"rule": a.rule, "run": None, "message": a.message, "severity": a.level, "once": True})
             for a in reading.alerts

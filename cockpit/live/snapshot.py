@@ -130,6 +130,7 @@ class GpuView:
     serial: str | None = None
     mig_instances: tuple[Any, ...] | None = None  # MIG on: each instance's memory; utilization is not reported
     health: dict[str, Any] | None = field(default=None, hash=False)  # counters now and since the lot's first sample (live.gpu_health)
+    uuid: str | None = None  # NVML's GPU UUID: names the same GPU across reboots and index changes (last: fields are given by position)
 
     @property
     def mig(self) -> bool:

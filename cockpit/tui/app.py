@@ -53,6 +53,7 @@ from cockpit.tui.screens import (
     VoidRequested,
 )
 from cockpit.tui.themes import DEFAULT_THEME, MONOCHROME_THEME, ThemeCatalog, default_theme_name, discover_themes
+from cockpit.tui.lots import LotsLine, open_lots
 from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
 from cockpit.tui.widgets.alerts_list import AlertKey, alert_ident, alert_key
 
@@ -110,8 +111,12 @@ class CockpitApp(App[None]):
         signal_run: SignalRun | None = None,
         clock: Clock | None = None,
         themes: ThemeCatalog | None = None,
+        lots: Any = None,
     ) -> None:
         super().__init__()
+        self.other_lots = lots  # the other lots' watchers (cockpit.lots.watcher.OtherLots), or None
+        if lots:
+            self.bind("o", "other_lots", description="Other lots")
         self.campaign = campaign
         self.source = source
         self.run_log = log
@@ -180,6 +185,8 @@ class CockpitApp(App[None]):
             yield GpuPanel(id="gpus")
         yield RunsTable(quality_label, id="runs")
         yield AlertsList(id="alerts")
+        if self.other_lots:
+            yield LotsLine(self.other_lots, id="lots-line")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -670,6 +677,9 @@ class CockpitApp(App[None]):
         self.refresh(layout=True)
         description = self.theme_catalog.descriptions.get(following)
         self.notify(f"theme {following}" + (f": {description}" if description else ""), timeout=3, markup=False)
+
+    def action_other_lots(self) -> None:
+        open_lots(self)
 
     def action_help(self) -> None:
         keys = [KeyHelp(b.key_display or b.key, b.description, b.tooltip) for b in self._key_bindings()]
