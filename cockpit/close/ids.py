@@ -255,20 +255,21 @@ def missing_ids(expected: Sequence[str], present: Iterable[str]) -> list[str]:
     return missing
 
 
-# An id is kept as its 64-bit hash (8 bytes in an array, not a 60-byte str in a set), in 256
-# buckets by the hash's low byte, so that one bucket at a time becomes a set: 10 million ids on
-# each side fit in about 200 MB, and every step runs in C (sort by bucket, slices, sets). Two
+# An id is kept as its 64-bit hash (8 bytes in an array, not a 60-byte str in a set), in 1,024
+# buckets by the hash's low 10 bits, so that one bucket at a time becomes a set (about 10,000
+# hashes for 10 million ids: small sets stay in the CPU's cache, which makes them several times
+# faster to build than large ones), and every step runs in C (sort by bucket, slices, sets). Two
 # different ids are taken for one only if their hashes collide (odds about n² / 2⁶⁴: 5 in a
 # million for 10 million ids).
-BUCKETS = 256
+BUCKETS = 1024
 _bucket_of = (BUCKETS - 1).__and__
 
 
 class HashedIds:
-    """A multiset of ids reduced to their hashes, partitioned by the hash's low byte. Each bucket
+    """A multiset of ids reduced to their hashes, partitioned by the hash's low bits. Each bucket
     is a list of small arrays, one a batch: nothing is copied to grow, nothing over-allocated.
     Each piece remembers its batch (`batch_of`), each batch where it starts in the file (`where`),
-    so that a second reading for the missing ids' names starts at the first batch holding one."""
+    so that a second reading for the missing ids' names reads only the batches that hold one."""
 
     def __init__(self) -> None:
         self.buckets: list[list[array]] = [[] for _ in range(BUCKETS)]
@@ -290,7 +291,7 @@ class HashedIds:
 def _hash_batch(ids: Iterable[str]) -> tuple[array, list[int]]:
     """The ids' hashes, sorted by bucket, and where each bucket starts (BUCKETS + 1 bounds)."""
     hashes = list(map(hash, ids))
-    hashes.sort(key=_bucket_of)  # a stable sort on a one-byte key: cheap
+    hashes.sort(key=_bucket_of)  # a stable sort on a small-int key
     bounds = [0]
     for bucket in range(BUCKETS):
         bounds.append(bisect.bisect_right(hashes, bucket, lo=bounds[-1], key=_bucket_of))
