@@ -1,14 +1,16 @@
 """The expected-ids check of `cockpit close` on 10,000,000 ids (issue #13 item 14): seconds and
 peak RSS of the process that runs it.
 
-    .venv/bin/python bench/expect_ids.py [--ids 10000000] [--missing 3] [--format jsonl|txt|csv] [--json]
+    .venv/bin/python bench/expect_ids.py [--ids 10000000] [--missing 3] [--format jsonl|txt|csv] [--repeat 3] [--one-process] [--json]
 
 A temporary campaign gets `data/test_ids.txt` (one id a line) and a deliverable
 `out/predictions.jsonl` (one `{"id": …, "label": …}` object a line, in a shuffled block order,
 `--missing` ids left out); a fresh process loads the campaign and runs the check of that one
 deliverable (`closing._check_ids`, what `close` runs for `expect_ids`), timed from inside
-around the check (imports not timed) and measured from outside for its peak RSS (wait4(2), the
-whole process: interpreter, imports and the check). Targets: ≤ 10 s and ≤ 300 MB.
+around the check (imports not timed; CPU of the process and of the helper processes the check
+starts) and measured from outside for its peak RSS: the largest single process (wait4(2): the
+interpreter, imports and the check), and the process tree's summed RSS sampled every 50 ms (the
+check's helpers run at once). Targets: ≤ 10 s and ≤ 300 MB.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -53,13 +56,15 @@ expect_ids = "data/test_ids.txt"
 CHILD = """
 import json, resource, sys, time
 from cockpit.close.closing import DeliverableVerdict, _check_ids
+from cockpit.close import ids
 from cockpit.plan.load import load_campaign
+if sys.argv[2] == "one-process":
+    ids.PARALLEL_MIN_BYTES = 1 << 62
 campaign = load_campaign(sys.argv[1])
 deliverable = campaign.deliverable("preds")
 verdict = DeliverableVerdict(deliverable)
-def cpu():
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def cpu():  # this process's and its helper processes' (waited for when the check returns)
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
 started, cpu_started = time.perf_counter(), cpu()
 _check_ids(verdict, campaign, campaign.directory / deliverable.path)
 seconds, cpu_seconds = time.perf_counter() - started, cpu() - cpu_started
@@ -92,11 +97,41 @@ def generate(folder: Path, count: int, missing: int, fmt: str) -> None:
                 handle.write("".join(f"doc-{n:09d}\n" for n in numbers))
 
 
-def measure_with_rss(folder: Path) -> dict:
+def tree_rss_kb(root: int) -> int:
+    """The summed VmRSS of `root` and its descendants, found through /proc/PID/task/*/children (a
+    process gone meanwhile counts nothing)."""
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            with open(f"/proc/{pid}/status") as handle:
+                for line in handle:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as handle:
+                    stack.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def measure_with_rss(folder: Path, mode: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        process = subprocess.Popen([sys.executable, "-c", CHILD, str(folder)], stdout=out, stderr=err, env=env)
+        process = subprocess.Popen([sys.executable, "-c", CHILD, str(folder), mode], stdout=out, stderr=err, env=env)
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.05):
+                peak[0] = max(peak[0], tree_rss_kb(process.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
+        done.set()
+        sampler.join()
         process.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
@@ -104,6 +139,7 @@ def measure_with_rss(folder: Path) -> dict:
             raise SystemExit(f"the check failed: {err.read().decode()[-2000:]}")
         result = json.loads(out.read())
     result["max_rss_mb"] = usage.ru_maxrss / 1024
+    result["tree_rss_mb"] = peak[0] / 1024
     return result
 
 
@@ -112,6 +148,8 @@ def main() -> int:
     parser.add_argument("--ids", type=int, default=10_000_000)
     parser.add_argument("--missing", type=int, default=3)
     parser.add_argument("--format", choices=("jsonl", "txt", "csv"), default="jsonl")
+    parser.add_argument("--repeat", type=int, default=1, help="measure N times on the same files, keep the fastest")
+    parser.add_argument("--one-process", action="store_true", help="no helper processes (as for small files)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cockpit-bench-ids-") as tmp:
@@ -120,25 +158,32 @@ def main() -> int:
         generate(folder, args.ids, args.missing, args.format)
         generated = time.perf_counter() - started
         sizes = {p.name: p.stat().st_size for p in (folder / "data" / "test_ids.txt", folder / "out" / f"predictions.{args.format}")}
-        result = measure_with_rss(folder)
+        runs = [measure_with_rss(folder, "one-process" if args.one_process else "helpers") for _ in range(max(1, args.repeat))]
+        result = min(runs, key=lambda run: run["seconds"])
     rows = {
         "ids": args.ids,
         "format": args.format,
         "seconds": round(result["seconds"], 2),
+        "all_seconds": [round(run["seconds"], 2) for run in runs],
+        "all_cpu_seconds": [round(run["cpu_seconds"], 2) for run in runs],
+        "load_average": round(os.getloadavg()[0], 2),
         "cpu_seconds": round(result["cpu_seconds"], 2),
         "max_rss_mb": round(result["max_rss_mb"], 1),
+        "tree_rss_mb": round(result["tree_rss_mb"], 1),
         "detail": result["detail"],
         "file_bytes": sizes,
         "generate_seconds": round(generated, 1),
-        "pass": result["seconds"] <= TARGET_SECONDS and result["max_rss_mb"] <= TARGET_RSS_MB,
+        "pass": result["seconds"] <= TARGET_SECONDS and max(result["max_rss_mb"], result["tree_rss_mb"]) <= TARGET_RSS_MB,
     }
     if args.json:
         print(json.dumps(rows))
     else:
         print(f"expected-ids check, {args.ids:,} ids ({args.format} deliverable): {rows['seconds']} s "
               f"(target ≤ {TARGET_SECONDS:g} s; CPU {rows['cpu_seconds']} s), "
-              f"peak RSS {rows['max_rss_mb']} MB (target ≤ {TARGET_RSS_MB:g} MB)")
+              f"peak RSS {rows['max_rss_mb']} MB, all processes together {rows['tree_rss_mb']} MB (target ≤ {TARGET_RSS_MB:g} MB)")
         print(f"  {rows['detail']}")
+        if len(runs) > 1:
+            print(f"  runs: {rows['all_seconds']} s wall, {rows['all_cpu_seconds']} s CPU; load average {rows['load_average']}")
         print(f"  files: {', '.join(f'{k} {v / 1e6:.0f} MB' for k, v in sizes.items())}; generated in {rows['generate_seconds']} s")
     return 0 if rows["pass"] else 1
 

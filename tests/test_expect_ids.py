@@ -140,3 +140,125 @@ def test_many_missing_ids_are_found_through_the_sorted_arrays_too(tmp_path, monk
     monkeypatch.setattr(id_reading, "MISSING_SET_MAX", 10)
     detail = check(tmp_path, camp).verdicts[0].check("expected_ids").detail
     assert detail == "1500 of 3000 expected ids are missing (e.g. e-1, e-3, e-5, e-7, e-9, …)"
+
+
+# ---------------------------------------------------------------- in two helper processes
+
+
+def compare_outcome(expected: Path, present: Path):
+    try:
+        result = id_reading.compare_id_files(expected, present)
+    except IdsError as error:
+        return ("error", getattr(error, "side", None), str(error))
+    return ("ids", result.unique, result.missing, result.first)
+
+
+def both_ways(monkeypatch, expected: Path, present: Path):
+    """The outcome in this process and in the helpers: they must agree."""
+    monkeypatch.setattr(id_reading, "PARALLEL_MIN_BYTES", 1 << 62)
+    here = compare_outcome(expected, present)
+    monkeypatch.setattr(id_reading, "PARALLEL_MIN_BYTES", 0)
+    started = []
+    real_popen = id_reading.subprocess.Popen
+    monkeypatch.setattr(id_reading.subprocess, "Popen", lambda *a, **k: started.append(1) or real_popen(*a, **k))
+    helpers = compare_outcome(expected, present)
+    assert started == [1, 1]  # the helpers did run (no silent fallback to this process)
+    monkeypatch.setattr(id_reading.subprocess, "Popen", real_popen)
+    return here, helpers
+
+
+EXPECTED_TEXT = "# header\n" + "".join(f"e-{n}\n" for n in range(400)) + "e-7\ne-399\n  e-3  \n\n"
+PRESENT_CASES = {
+    "all.txt": "".join(f"e-{n}\n" for n in reversed(range(400))),
+    "some.jsonl": "".join(f'{{"id": "e-{n}"}}\n' for n in range(0, 400, 3)),
+    "none.csv": "label,id\n" + "".join(f"x,f-{n}\n" for n in range(50)),
+    "dups.tsv": "id\tx\n" + "".join(f"e-{n % 7}\t1\n" for n in range(300)),
+    "doc.json": json.dumps([{"id": f"e-{n}"} for n in range(1, 400, 2)]),
+    "empty.txt": "",
+    "bad-line.jsonl": '{"id": "e-1"}\nnot json\n',
+    "bad-byte.txt": "e-1\ne-2\n\udcff\n",
+    "no-column.csv": "a,b\n1,2\n",
+}
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 22])
+@pytest.mark.parametrize("name", sorted(PRESENT_CASES))
+def test_the_helpers_give_what_this_process_gives(tmp_path, monkeypatch, name, chunk):
+    expected = tmp_path / "expected.txt"
+    expected.write_text(EXPECTED_TEXT)
+    present = tmp_path / name
+    present.write_bytes(PRESENT_CASES[name].encode("utf-8", "surrogateescape"))
+    with chunks_of(chunk):
+        here, helpers = both_ways(monkeypatch, expected, present)
+    assert helpers == here
+    if name == "some.jsonl":
+        assert here == ("ids", 400, 266, ["e-1", "e-2", "e-4", "e-5", "e-7"])
+    if name == "bad-line.jsonl":
+        assert here == ("error", "present", "bad-line.jsonl line 2 is not JSON")
+
+
+@pytest.mark.parametrize("expected_name, data", [
+    ("expected.jsonl", b'{"id": "a"}\n{"no": 1}\n'),
+    ("expected.txt", b"a\n\xff\n"),
+    ("expected.csv", b"x\n1\n"),
+    ("expected.json", b'{"ids": 3}'),
+])
+def test_an_unreadable_expected_file_is_named_first_by_the_helpers_too(tmp_path, monkeypatch, expected_name, data):
+    expected = tmp_path / expected_name
+    expected.write_bytes(data)
+    present = tmp_path / "p.jsonl"
+    present.write_bytes(b"not json\n")  # unreadable too: the expected file's error comes first
+    here, helpers = both_ways(monkeypatch, expected, present)
+    assert helpers == here
+    assert here[:2] == ("error", "expected")
+
+
+def test_the_missing_ids_are_named_in_the_expected_order_across_many_batches(tmp_path, monkeypatch):
+    expected = tmp_path / "expected.jsonl"
+    expected.write_text("".join(json.dumps({"id": f"i-{n}"}) + "\n" for n in range(3000)) + '{"id": "i-5"}\n')
+    present = tmp_path / "p.txt"
+    present.write_text("".join(f"i-{n}\n" for n in range(3000) if n not in (5, 1700, 1701, 2999)))
+    for chunk, set_max in [(64, 2_000_000), (64, 1), (1 << 22, 1)]:
+        monkeypatch.setattr(id_reading, "MISSING_SET_MAX", set_max)
+        with chunks_of(chunk):
+            here, helpers = both_ways(monkeypatch, expected, present)
+        assert here == helpers == ("ids", 3000, 4, ["i-5", "i-1700", "i-1701", "i-2999"])
+
+
+def test_a_small_check_starts_no_process(tmp_path, monkeypatch):
+    camp = make_campaign(tmp_path, deliverable("p", "out/p.txt", expect_ids="data/expected.txt"))
+    write(camp, "data/expected.txt", "a\nb\n")
+    write(camp, "out/p.txt", "a\n")
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a process was started for two small files")
+
+    monkeypatch.setattr(id_reading.subprocess, "Popen", no_process)
+    assert check(tmp_path, camp).verdicts[0].check("expected_ids").detail == "1 of 2 expected ids are missing (e.g. b)"
+
+
+@pytest.mark.parametrize("breakage", ["no python", "helper dies"])
+def test_helpers_that_cannot_work_leave_the_check_to_this_process(tmp_path, monkeypatch, breakage):
+    camp = make_campaign(tmp_path, deliverable("p", "out/p.txt", expect_ids="data/expected.txt"))
+    write(camp, "data/expected.txt", "".join(f"e-{n}\n" for n in range(100)))
+    write(camp, "out/p.txt", "".join(f"e-{n}\n" for n in range(1, 100)))
+    monkeypatch.setattr(id_reading, "PARALLEL_MIN_BYTES", 0)
+    if breakage == "no python":
+        monkeypatch.setattr(id_reading, "_PYTHON", str(tmp_path / "no-such-python"))
+    else:
+        monkeypatch.setattr(id_reading, "_BOOT", "import os; os._exit(3)")
+    assert check(tmp_path, camp).verdicts[0].check("expected_ids").detail == "1 of 100 expected ids are missing (e.g. e-0)"
+
+
+def test_the_check_through_the_helpers_reads_as_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(id_reading, "PARALLEL_MIN_BYTES", 0)
+    expected = IDS + ["t-001", "t-100", "t-101", "t-100"] + [f"x-{n}" for n in range(8)]
+    camp = make_campaign(tmp_path, deliverable("p", "out/p.jsonl", expect_ids="data/expected.txt"))
+    write(camp, "data/expected.txt", "# header comment\n" + "\n".join(expected) + "\n")
+    write(camp, "out/p.jsonl", "".join(json.dumps({"id": i}) + "\n" for i in reversed(IDS[2:])))
+    with chunks_of(5):
+        detail = closing.evaluate(camp, temp_roots=[]).verdicts[0].check("expected_ids").detail
+    assert detail == "12 of 20 expected ids are missing (e.g. t-000, t-001, t-100, t-101, x-0, …)"
+    write(camp, "out/p.jsonl", "".join(json.dumps({"id": i}) + "\n" for i in reversed(IDS)) + "not json\n")
+    detail = check(tmp_path, camp).verdicts[0].check("expected_ids").detail
+    assert detail == f"ids cannot be read from the deliverable: p.jsonl line {len(IDS) + 1} is not JSON"

@@ -55,6 +55,7 @@ from cockpit.close.ids import (
     HashedIds,
     IdsError,
     compare_hashed,
+    compare_id_files,
     first_missing,
     iter_id_batches,
 )
@@ -73,41 +74,32 @@ def _check_ids(verdict: DeliverableVerdict, campaign: Campaign, path: Path) -> N
     if not expect_path.is_file():
         verdict.set("expected_ids", False, f"the expected-ids file {shown} does not exist")
         return
-    expected = HashedIds()
-    try:
-        for batch in iter_id_batches(expect_path):
-            expected.add(batch)
-    except IdsError as error:
-        verdict.set("expected_ids", False, f"the expected-ids file cannot be read: {error}")
-        return
+    problem = None
     if path.is_dir():
-        verdict.set("expected_ids", False, "expected ids cannot be checked in a folder: point the deliverable at its predictions file")
-        return
-    if path.suffix.lower() not in (".jsonl", ".ndjson", ".csv", ".tsv", ".json", ".txt", ".ids", ""):
-        verdict.set("expected_ids", False, f"expected ids cannot be checked in a '{path.suffix}' file (JSON Lines, CSV or a plain id list)")
-        return
-    present = HashedIds()
+        problem = "expected ids cannot be checked in a folder: point the deliverable at its predictions file"
+    elif path.suffix.lower() not in (".jsonl", ".ndjson", ".csv", ".tsv", ".json", ".txt", ".ids", ""):
+        problem = f"expected ids cannot be checked in a '{path.suffix}' file (JSON Lines, CSV or a plain id list)"
     try:
-        for batch in iter_id_batches(path):
-            present.add(batch)
-    except IdsError as error:
-        verdict.set("expected_ids", False, f"ids cannot be read from the deliverable: {error}")
-        return
-    unique_expected, missing = compare_hashed(expected, present)
-    missing_count = sum(len(bucket) for bucket in missing)
-    if missing_count:
-        try:
-            names = first_missing(expect_path, missing)
-        except IdsError as error:  # changed since it was read a moment ago
-            verdict.set("expected_ids", False, f"the expected-ids file cannot be read: {error}")
+        if problem:
+            for _ in iter_id_batches(expect_path):  # an unreadable expected-ids file is named first
+                pass
+            verdict.set("expected_ids", False, problem)
             return
-        shown_ids = ", ".join(names) + (", …" if missing_count > IDS_SHOWN else "")
+        result = compare_id_files(expect_path, path)
+    except IdsError as error:
+        if getattr(error, "side", "expected") == "present":
+            verdict.set("expected_ids", False, f"ids cannot be read from the deliverable: {error}")
+        else:
+            verdict.set("expected_ids", False, f"the expected-ids file cannot be read: {error}")
+        return
+    if result.missing:
+        shown_ids = ", ".join(result.first) + (", …" if result.missing > IDS_SHOWN else "")
         verdict.set(
             "expected_ids", False,
-            f"{missing_count} of {unique_expected} expected ids are missing (e.g. {shown_ids})",
+            f"{result.missing} of {result.unique} expected ids are missing (e.g. {shown_ids})",
         )
     else:
-        verdict.set("expected_ids", True, f"all {unique_expected} expected ids are present")
+        verdict.set("expected_ids", True, f"all {result.unique} expected ids are present")
 
 
 

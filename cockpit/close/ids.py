@@ -8,8 +8,17 @@ import csv
 import io
 import itertools
 import json
+import os
+import pickle
+import secrets
+import subprocess
+import struct
+import sys
+import tempfile
+import traceback
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +54,34 @@ def iter_id_batches(path: Path) -> Iterator[list[str]]:
     at a time (memory stays flat for 10 million ids); a JSON document is read whole. The errors are
     those of reading the whole file first: one that is not UTF-8 says so, wherever the first bad
     byte is."""
+    for _, ids in _located_batches(path):
+        yield ids
+
+
+# Where a batch of a plain list or of JSON Lines starts: (file position, offset after the BOM,
+# lines before it), so that a second reading can start there; None for CSV and JSON documents.
+Resume = tuple[int, int, int]
+
+
+def _located_batches(path: Path, resume: Resume | None = None, stop: int | None = None) -> Iterator[tuple[Resume | None, list[str]]]:
     suffix = path.suffix.lower()
     if suffix == ".json":
-        yield _json_document_ids(path)
+        yield None, _json_document_ids(path)
         return
     try:
         if suffix in (".jsonl", ".ndjson"):
-            yield from _jsonl_batches(path)
+            yield from _jsonl_batches(path, resume, stop)
         elif suffix in (".csv", ".tsv"):
-            yield from _csv_batches(path, "\t" if suffix == ".tsv" else ",")
+            for ids in _csv_batches(path, "\t" if suffix == ".tsv" else ","):
+                yield None, ids
         else:
-            for text in _decoded_chunks(path):
+            for at, offset, text in _located_chunks(path, resume, stop):
                 if text.isascii() and not any(mark in text for mark in _PLAIN_SPECIAL):  # nothing to strip: split in C
                     ids = list(filter(None, text.split("\n")))
                 else:
                     ids = [line for line in map(str.strip, text.splitlines()) if line and line[0] != "#"]
                 if ids:
-                    yield ids
+                    yield (at, offset, 0), ids
     except _ContentError as error:
         raise _utf8_problem(path) or IdsError(str(error)) from None
 
@@ -74,10 +94,19 @@ _PLAIN_SPECIAL = (" ", "\t", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f
 def _decoded_chunks(path: Path) -> Iterator[str]:
     """The file as UTF-8 text (a leading BOM dropped), in pieces that end at a line feed; a bad byte
     is named by its offset as decoding the whole file would name it."""
-    offset = 0  # of the next piece, after the BOM
-    first = True
+    for _, _, text in _located_chunks(path):
+        yield text
+
+
+def _located_chunks(path: Path, resume: Resume | None = None, stop: int | None = None) -> Iterator[tuple[int, int, str]]:
+    """The pieces of `_decoded_chunks`, each with its file position and its offset after the BOM;
+    from `resume` on if given (a position a piece started at), up to the piece that starts at
+    `stop` or after it."""
+    position, offset = (resume[0], resume[1]) if resume else (0, 0)  # of the next piece
+    first = not resume
     try:
         with open(path, "rb") as handle:
+            handle.seek(position)
             pending: list[bytes] = []
             while True:
                 block = handle.read(ID_CHUNK_BYTES)
@@ -87,12 +116,17 @@ def _decoded_chunks(path: Path) -> Iterator[str]:
                     continue
                 piece = b"".join(pending) + block[:cut] if block else b"".join(pending)
                 pending = [block[cut:]] if block and cut < len(block) else []
+                at = position
+                if stop is not None and at >= stop:
+                    return
+                position += len(piece)
                 if first and piece.startswith(b"\xef\xbb\xbf"):
                     piece = piece[3:]
+                    at += 3
                 first = False
                 if piece:
                     try:
-                        yield piece.decode("utf-8")
+                        yield at, offset, piece.decode("utf-8")
                     except UnicodeDecodeError as error:
                         raise IdsError(f"{path.name} is not UTF-8 text (byte {offset + error.start})") from None
                     offset += len(piece)
@@ -112,16 +146,16 @@ def _utf8_problem(path: Path) -> IdsError | None:
     return None
 
 
-def _jsonl_batches(path: Path) -> Iterator[list[str]]:
-    number = 0  # lines before the chunk, as str.splitlines() counts them
-    for text in _decoded_chunks(path):
+def _jsonl_batches(path: Path, resume: Resume | None = None, stop: int | None = None) -> Iterator[tuple[Resume, list[str]]]:
+    number = resume[2] if resume else 0  # lines before the chunk, as str.splitlines() counts them
+    for at, offset, text in _located_chunks(path, resume, stop):
         lines = text.splitlines()
         ids = _jsonl_fast(lines)
         if ids is None:
             ids = _jsonl_exact(lines, number, path.name)
-        number += len(lines)
         if ids:
-            yield ids
+            yield (at, offset, number), ids
+        number += len(lines)
 
 
 def _jsonl_fast(lines: list[str]) -> list[str] | None:
@@ -221,52 +255,111 @@ def missing_ids(expected: Sequence[str], present: Iterable[str]) -> list[str]:
     return missing
 
 
-# An id is kept as its 64-bit hash (8 bytes in an array, not a 60-byte str in a set), in 256
-# buckets by the hash's low byte, so that one bucket at a time becomes a set: 10 million ids on
-# each side fit in about 200 MB, and every step runs in C (sort by bucket, slices, sets). Two
+# An id is kept as its 64-bit hash (8 bytes in an array, not a 60-byte str in a set), in 1,024
+# buckets by the hash's low 10 bits, so that one bucket at a time becomes a set (about 10,000
+# hashes for 10 million ids: small sets stay in the CPU's cache, which makes them several times
+# faster to build than large ones), and every step runs in C (sort by bucket, slices, sets). Two
 # different ids are taken for one only if their hashes collide (odds about n² / 2⁶⁴: 5 in a
 # million for 10 million ids).
-BUCKETS = 256
+BUCKETS = 1024
 _bucket_of = (BUCKETS - 1).__and__
 
 
 class HashedIds:
-    """A multiset of ids reduced to their hashes, partitioned by the hash's low byte. Each bucket
-    is a list of small arrays, one a batch: nothing is copied to grow, nothing over-allocated."""
+    """A multiset of ids reduced to their hashes, partitioned by the hash's low bits. Each bucket
+    is a list of small arrays, one a batch: nothing is copied to grow, nothing over-allocated.
+    Each piece remembers its batch (`batch_of`), each batch where it starts in the file (`where`),
+    so that a second reading for the missing ids' names reads only the batches that hold one."""
 
     def __init__(self) -> None:
         self.buckets: list[list[array]] = [[] for _ in range(BUCKETS)]
+        self.batch_of: list[list[int]] = [[] for _ in range(BUCKETS)]
+        self.where: list[Resume | None] = []
         self.count = 0
 
-    def add(self, ids: Iterable[str]) -> None:
-        hashes = sorted(map(hash, ids), key=_bucket_of)  # a stable sort on a one-byte key: cheap
-        packed = array("q", hashes)
-        self.count += len(hashes)
-        start = 0
+    def add(self, ids: Iterable[str], where: Resume | None = None) -> None:
+        packed, bounds = _hash_batch(ids)
+        batch = len(self.where)
+        self.where.append(where)
+        self.count += len(packed)
         for bucket in range(BUCKETS):
-            end = bisect.bisect_right(hashes, bucket, lo=start, key=_bucket_of)
-            if end > start:
-                self.buckets[bucket].append(packed[start:end])
-                start = end
+            if bounds[bucket + 1] > bounds[bucket]:
+                self.buckets[bucket].append(packed[bounds[bucket]:bounds[bucket + 1]])
+                self.batch_of[bucket].append(batch)
+
+
+def _hash_batch(ids: Iterable[str]) -> tuple[array, list[int]]:
+    """The ids' hashes, sorted by bucket, and where each bucket starts (BUCKETS + 1 bounds)."""
+    hashes = list(map(hash, ids))
+    hashes.sort(key=_bucket_of)  # a stable sort on a small-int key
+    bounds = [0]
+    for bucket in range(BUCKETS):
+        bounds.append(bisect.bisect_right(hashes, bucket, lo=bounds[-1], key=_bucket_of))
+    packed = array("q")
+    packed.frombytes(struct.pack(f"{len(hashes)}q", *hashes))  # faster than array("q", hashes)
+    return packed, bounds
+
+
+def _compare_bucket(expected: Sequence[array], present: Iterable[array]) -> tuple[int, array, list[int]]:
+    """(distinct expected hashes, the missing ones sorted, the indexes of the expected pieces
+    holding one) of one bucket."""
+    wanted = set(itertools.chain.from_iterable(expected))
+    unique = len(wanted)
+    for piece in present:
+        wanted.difference_update(piece)
+    holding = [i for i, piece in enumerate(expected) if not wanted.isdisjoint(piece)] if wanted else []
+    return unique, array("q", sorted(wanted)), holding
 
 
 def compare_hashed(expected: HashedIds, present: HashedIds) -> tuple[int, list[array]]:
     """(distinct expected ids, the hashes of the distinct missing ones by bucket), emptying both."""
-    unique = 0
-    missing: list[array] = []
-    for bucket in range(BUCKETS):
-        wanted = set(itertools.chain.from_iterable(expected.buckets[bucket]))
-        expected.buckets[bucket] = []
-        unique += len(wanted)
-        for piece in present.buckets[bucket]:
-            wanted.difference_update(piece)
-        present.buckets[bucket] = []
-        missing.append(array("q", sorted(wanted)))
+    unique, missing, _ = _compare_hashed(expected, present)
     return unique, missing
 
 
-def first_missing(path: Path, missing: list[array], limit: int = IDS_SHOWN) -> list[str]:
-    """The first `limit` distinct missing ids in the expected file's order (a second reading)."""
+def _compare_hashed(expected: HashedIds, present: HashedIds) -> tuple[int, list[array], list[Span] | None]:
+    """`compare_hashed`, and the parts of the expected file a second reading needs (None: all)."""
+    unique = 0
+    missing: list[array] = []
+    holding: set[int] = set()
+    for bucket in range(BUCKETS):
+        count, lost, pieces = _compare_bucket(expected.buckets[bucket], present.buckets[bucket])
+        holding.update(expected.batch_of[bucket][piece] for piece in pieces)
+        expected.buckets[bucket] = []
+        present.buckets[bucket] = []
+        unique += count
+        missing.append(lost)
+    return unique, missing, _spans(expected.where, holding)
+
+
+# The part of a file one batch came from: where it starts, and the file position it ends before
+# (None: the end of the file).
+Span = tuple[Resume, int | None]
+
+
+def _spans(where: Sequence[Resume | None], holding: Iterable[int]) -> list[Span] | None:
+    """The parts of the file that hold the batches holding a missing id, in order, next ones
+    joined: the rest holds none. None if batches cannot be found again (CSV, a JSON document):
+    the whole file is read."""
+    spans: list[Span] = []
+    previous = -2
+    for batch in sorted(holding):
+        start = where[batch]
+        if start is None:
+            return None
+        following = where[batch + 1] if batch + 1 < len(where) else None
+        stop = following[0] if following is not None else None
+        if batch == previous + 1:
+            spans[-1] = (spans[-1][0], stop)
+        else:
+            spans.append((start, stop))
+        previous = batch
+    return spans
+
+
+def first_missing(path: Path, missing: list[array], limit: int = IDS_SHOWN, spans: Sequence[Span] | None = None) -> list[str]:
+    """The first `limit` distinct missing ids in the expected file's order (a second reading: of
+    the parts `spans` names, in order, when the rest holds none of the first `limit`)."""
     total = sum(len(b) for b in missing)
     found: list[str] = []
     limit = min(limit, total)  # all of them found: the rest of the file need not be read
@@ -280,7 +373,11 @@ def first_missing(path: Path, missing: list[array], limit: int = IDS_SHOWN) -> l
             bucket = missing[_bucket_of(value)]
             at = bisect.bisect_left(bucket, value)
             return at < len(bucket) and bucket[at] == value
-    for batch in iter_id_batches(path):
+    if spans is None:
+        batches = (batch for _, batch in _located_batches(path))
+    else:
+        batches = (batch for start, stop in spans for _, batch in _located_batches(path, start, stop))
+    for batch in batches:
         for identifier in itertools.compress(batch, map(hit, map(hash, batch))):
             if identifier not in found:
                 found.append(identifier)
@@ -288,3 +385,273 @@ def first_missing(path: Path, missing: list[array], limit: int = IDS_SHOWN) -> l
                     return found
     return found
 
+
+# ---------------------------------------------------------------- the check of two files
+
+
+class IdsFileError(IdsError):
+    """`IdsError` of one of the two files compared: `side` is "expected" or "present"."""
+
+    def __init__(self, message: str, side: str) -> None:
+        super().__init__(message)
+        self.side = side
+
+
+@dataclass(frozen=True)
+class IdsComparison:
+    unique: int  # distinct expected ids
+    missing: int  # distinct expected ids not present
+    first: list[str]  # the first IDS_SHOWN of them in the expected file's order
+
+
+def compare_id_files(expected: Path, present: Path) -> IdsComparison:
+    """The expected ids of one file looked up in another. Large files (PARALLEL_MIN_BYTES together)
+    are hashed in two helper processes at once, one file each, which then compare half the buckets
+    each; small ones, or where helpers cannot run, in this process. Same answers, same messages."""
+    if _parallel_worthwhile(expected, present):
+        try:
+            return _compare_in_workers(expected, present)
+        except _WorkersFailed:
+            pass  # the helpers could not do it: this process can, more slowly
+    hashed = []
+    for path, side in ((expected, "expected"), (present, "present")):
+        ids = HashedIds()
+        try:
+            for where, batch in _located_batches(path):
+                ids.add(batch, where)
+        except IdsError as error:
+            raise IdsFileError(str(error), side) from None
+        hashed.append(ids)
+    unique, missing, spans = _compare_hashed(*hashed)
+    count = sum(map(len, missing))
+    try:
+        names = first_missing(expected, missing, spans=spans) if count else []
+    except IdsError as error:  # changed since it was read a moment ago
+        raise IdsFileError(str(error), "expected") from None
+    return IdsComparison(unique, count, names)
+
+
+# ---------------------------------------------------------------- helper processes
+#
+# Each helper is a fresh interpreter (never a fork: the caller may run threads), started with the
+# same PYTHONHASHSEED so that both hash an id alike, fed pickled requests on its stdin and answering
+# on its stdout. A helper writes a file's hashes to a temporary file (batch after batch, each
+# sorted by bucket) and an index of where each piece lies, so no process holds both files' hashes:
+# the other helper reads the pieces of its buckets back with pread(2).
+
+PARALLEL_MIN_BYTES = 32 << 20  # below this (both files together), no process is started
+WORKERS = 2
+_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds the `cockpit` package
+_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from cockpit.close.ids import _serve; _serve()"
+_PYTHON = sys.executable
+
+
+class _WorkersFailed(Exception):
+    """The helpers did not answer (could not start, died, hit a bug): the caller does it alone."""
+
+
+def _parallel_worthwhile(expected: Path, present: Path) -> bool:
+    try:
+        size = expected.stat().st_size + present.stat().st_size
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    except OSError:
+        return False  # the reading names the problem
+    return size >= PARALLEL_MIN_BYTES and cpus >= 2 and bool(_PYTHON)
+
+
+class _Worker:
+    def __init__(self, seed: int, folder: Path, number: int) -> None:
+        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+        self.stderr = open(folder / f"helper-{number}.err", "wb")
+        try:
+            self.process = subprocess.Popen(
+                [_PYTHON, "-c", _BOOT, _ROOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=self.stderr, env=env, close_fds=True,
+            )
+        except OSError as error:
+            self.stderr.close()
+            raise _WorkersFailed(f"cannot start a helper: {error}") from None
+
+    def send(self, *request: Any) -> None:
+        try:
+            pickle.dump(request, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.process.stdin.flush()
+        except OSError as error:
+            raise _WorkersFailed(f"a helper stopped: {error}") from None
+
+    def answer(self, side: str) -> Any:
+        try:
+            kind, value = pickle.load(self.process.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError) as error:
+            raise _WorkersFailed(f"a helper stopped: {error}") from None
+        if kind == "ids":
+            raise IdsFileError(value, side)
+        if kind != "ok":
+            raise _WorkersFailed(value)
+        return value
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.stderr.close()
+
+
+def _compare_in_workers(expected: Path, present: Path) -> IdsComparison:
+    seed = secrets.randbelow(2**32 - 1) + 1  # 0 would turn hash randomization off
+    try:
+        folder_context = tempfile.TemporaryDirectory(prefix="cockpit-ids-")
+        tmp = folder_context.__enter__()
+    except OSError as error:
+        raise _WorkersFailed(f"no temporary folder: {error}") from None
+    workers: list[_Worker] = []
+    try:
+        folder = Path(tmp)
+        for number in range(WORKERS):
+            workers.append(_Worker(seed, folder, number))
+        return _run_workers(workers, folder, expected, present)
+    except OSError as error:
+        raise _WorkersFailed(f"the helpers' files: {error}") from None
+    finally:
+        for worker in workers:
+            worker.close()
+        try:
+            folder_context.__exit__(None, None, None)
+        except OSError:
+            pass
+
+
+def _run_workers(workers: list[_Worker], folder: Path, expected: Path, present: Path) -> IdsComparison:
+    settings = (ID_CHUNK_BYTES, MISSING_SET_MAX)
+    hashed = [folder / "expected.hashes", folder / "present.hashes"]
+    for worker, source, target in zip(workers, (expected, present), hashed):
+        worker.send("hash", str(source), str(target), settings)
+    # Both answers are awaited before an error is raised; the expected file's comes first.
+    answers, errors = [], []
+    for worker, side in zip(workers, ("expected", "present")):
+        try:
+            answers.append(worker.answer(side))
+        except IdsFileError as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+    expected_where = answers[0][0]
+    missing_files = [str(folder / f"missing-{number}") for number in range(len(workers))]
+    for number, worker in enumerate(workers):
+        worker.send("compare", [str(path) for path in hashed], number, len(workers), missing_files[number])
+    unique = missing = 0
+    holding: set[int] = set()
+    for worker in workers:
+        count, lost, batches = worker.answer("expected")
+        unique += count
+        missing += lost
+        holding.update(batches)
+    names: list[str] = []
+    if missing:
+        workers[0].send("names", str(expected), missing_files, _spans(expected_where, holding), settings)
+        names = workers[0].answer("expected")
+    return IdsComparison(unique, missing, names)
+
+
+def _serve() -> None:
+    """A helper's loop: one pickled request in, one pickled (kind, value) answer out."""
+    requests, answers = sys.stdin.buffer, sys.stdout.buffer
+    handlers = {"hash": _serve_hash, "compare": _serve_compare, "names": _serve_names}
+    while True:
+        try:
+            name, *arguments = pickle.load(requests)
+        except EOFError:
+            return
+        try:
+            answer: tuple[str, Any] = ("ok", handlers[name](*arguments))
+        except IdsError as error:
+            answer = ("ids", str(error))
+        except BaseException:  # noqa: BLE001 - a bug is reported to the caller, which does the work itself
+            answer = ("bug", traceback.format_exc())
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+
+
+def _apply(settings: tuple[int, int]) -> None:
+    global ID_CHUNK_BYTES, MISSING_SET_MAX
+    ID_CHUNK_BYTES, MISSING_SET_MAX = settings
+
+
+def _serve_hash(source: str, target: str, settings: tuple[int, int]) -> tuple[list[Resume | None], int]:
+    """The file's hashes, batch after batch (each sorted by bucket), into `target`; the pieces'
+    bounds (in hashes) into `target`.index; answers where each batch starts and the count."""
+    _apply(settings)
+    where: list[Resume | None] = []
+    index = array("q", [0])
+    with open(target, "wb") as out:
+        for located, batch in _located_batches(Path(source)):
+            packed, bounds = _hash_batch(batch)
+            out.write(packed)
+            base = index[-1]
+            index.extend(base + bound for bound in bounds[1:])
+            where.append(located)
+    with open(target + ".index", "wb") as out:
+        out.write(index)
+    return where, index[-1]
+
+
+def _read_index(path: str) -> array:
+    index = array("q")
+    with open(path + ".index", "rb") as handle:
+        index.frombytes(handle.read())
+    return index
+
+
+def _pieces(handle: Any, index: array, bucket: int) -> tuple[list[array], list[int]]:
+    """A bucket's pieces of one hashes file, batch by batch, and the batch of each."""
+    pieces, batches = [], []
+    for batch in range((len(index) - 1) // BUCKETS):
+        start, end = index[batch * BUCKETS + bucket], index[batch * BUCKETS + bucket + 1]
+        if end > start:
+            piece = array("q")
+            piece.frombytes(os.pread(handle.fileno(), (end - start) * 8, start * 8))
+            pieces.append(piece)
+            batches.append(batch)
+    return pieces, batches
+
+
+def _serve_compare(hashed: list[str], first_bucket: int, step: int, target: str) -> tuple[int, int, set[int]]:
+    """Buckets first_bucket, first_bucket + step, …: (distinct expected, missing, the first batches
+    holding a missing one); the missing hashes into `target` (by bucket) and `target`.index."""
+    indexes = [_read_index(path) for path in hashed]
+    unique = count = 0
+    holding: set[int] = set()
+    index = array("q", [0] * (BUCKETS + 1))
+    with open(hashed[0], "rb") as expected, open(hashed[1], "rb") as present, open(target, "wb") as out:
+        for bucket in range(BUCKETS):
+            if bucket % step == first_bucket:
+                pieces, batches = _pieces(expected, indexes[0], bucket)
+                distinct, lost, firsts = _compare_bucket(pieces, _pieces(present, indexes[1], bucket)[0])
+                del pieces
+                unique += distinct
+                count += len(lost)
+                out.write(lost)
+                holding.update(batches[first] for first in firsts)
+            index[bucket + 1] = count
+    with open(target + ".index", "wb") as out:
+        out.write(index)
+    return unique, count, holding
+
+
+def _serve_names(source: str, missing_files: list[str], spans: list[Span] | None, settings: tuple[int, int]) -> list[str]:
+    _apply(settings)
+    missing = [array("q") for _ in range(BUCKETS)]
+    for path in missing_files:
+        index = _read_index(path)
+        with open(path, "rb") as handle:
+            for bucket in range(BUCKETS):
+                if index[bucket + 1] > index[bucket]:
+                    missing[bucket].frombytes(os.pread(handle.fileno(), (index[bucket + 1] - index[bucket]) * 8, index[bucket] * 8))
+    return first_missing(Path(source), missing, spans=spans)
