@@ -32,8 +32,6 @@ from cockpit.tui import format as fmt
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen
 from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
-from rich.segment import Segment
-from textual.widgets import DataTable
 
 from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, HostLine, LotHeader, RunsTable
 from cockpit.tui.widgets.gpu_row import VALUE_WIDTH
@@ -835,70 +833,83 @@ async def test_the_cockpit_leaves_when_its_terminal_is_gone(seed_campaign, tmp_p
 # ---------------------------------------------------------------- in-place updates
 
 
-async def test_runs_table_updates_only_changed_cells(seed_campaign, monkeypatch):
+async def test_runs_table_repaints_only_the_rows_that_changed(seed_campaign, monkeypatch):
     source = FakeSource(make_snapshot())
     app = make_app(seed_campaign, source=source)
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
         await pilot.press("down")  # the cursor on v-r16 must stay there
-        updated: list[tuple[str, str]] = []
-        original = RunsTable.update_cell
-        monkeypatch.setattr(RunsTable, "update_cell", lambda self, row, column, value, **kw: (updated.append((row, column)), original(self, row, column, value, **kw)))
-        monkeypatch.setattr(RunsTable, "clear", lambda self, columns=False: pytest.fail("the live table is never cleared"))
+        repainted: list[int] = []
+        original = RunsTable.refresh_row
+        monkeypatch.setattr(RunsTable, "refresh_row", lambda self, row: (repainted.append(row), original(self, row)))
         first = seed_runs()[0]
         moved = replace(first, step=12500, loss=0.4011, last={"step": 12500, "loss": 0.4011, "eval/macro_f1": 0.712})
-        app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+        source.snapshot = make_snapshot(runs=(moved,) + seed_runs()[1:])  # the polls say the same
+        app.apply_snapshot(source.snapshot)
         await pilot.pause()
-        assert sorted(updated) == [("ctrl-r1", "loss"), ("ctrl-r1", "step")]
+        assert repainted == [0]  # ctrl-r1's line only
         assert table.get_cell("ctrl-r1", "step").plain == "12.5k/20k"
+        assert table.get_cell("ctrl-r1", "loss").plain == "0.4011"
         assert table.selected_run_id == "v-r16"
-        updated.clear()
-        app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
-        assert updated == []  # the same snapshot again touches nothing
-        app.apply_snapshot(make_snapshot(runs=(moved, seed_runs()[1])))  # v-r64 left the plan
+        repainted.clear()
+        app.apply_snapshot(source.snapshot)
+        assert repainted == []  # the same snapshot again touches nothing
+        source.snapshot = make_snapshot(runs=(moved, seed_runs()[1]))
+        app.apply_snapshot(source.snapshot)  # v-r64 left the plan
         await pilot.pause()
         assert table.row_count == 2 and table.selected_run_id == "v-r16"
 
 
-async def test_a_repainted_row_draws_only_its_changed_cells_again(seed_campaign, monkeypatch):
-    """Regression: Textual's LRUCache.set keeps an existing key's old value, so a cell that had
-    changed once was drawn again on every repaint of its row, for ever."""
+async def test_a_tick_draws_only_the_lines_whose_row_changed(seed_campaign, monkeypatch):
+    """The line cache is keyed by what the row says: a row that changed once is not drawn again
+    on later repaints (the regression DataTable's caches had: Textual's LRUCache.set keeps an
+    existing key's old value)."""
     source = FakeSource(make_snapshot())
     app = make_app(seed_campaign, source=source)
     async with app.run_test(size=(120, 30)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
-        drawn: list[str] = []
-        original = RunsTable._render_plain_cell
-        monkeypatch.setattr(RunsTable, "_render_plain_cell", lambda self, value, row, column, *a: (
-            drawn.append(self._column_locations.get_key(column).value), original(self, value, row, column, *a))[1])
+        drawn: list[int] = []
+        asked: list[int] = []
+        original_row, original_line = RunsTable._render_row, RunsTable.render_line
+        monkeypatch.setattr(RunsTable, "_render_row", lambda self, row, *a: (drawn.append(row), original_row(self, row, *a))[1])
+        monkeypatch.setattr(RunsTable, "render_line", lambda self, y: (asked.append(y), original_line(self, y))[1])
         first = replace(seed_runs()[0], loss=0.3999)  # the loss cell changes once, then stays
-        app.apply_snapshot(make_snapshot(runs=(first,) + seed_runs()[1:]))
+        source.snapshot = make_snapshot(runs=(first,) + seed_runs()[1:])  # the polls say the same
+        app.apply_snapshot(source.snapshot)
         await pilot.pause()
-        assert drawn == ["loss"]
-        drawn.clear()
+        assert drawn == [0] and asked == [1]  # the header is line 0; ctrl-r1 is line 1
         for step in (12100, 12200, 12300):
+            drawn.clear(), asked.clear()
             moved = replace(first, step=step, last={**first.last, "step": step})
-            app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+            source.snapshot = make_snapshot(runs=(moved,) + seed_runs()[1:])
+            app.apply_snapshot(source.snapshot)
             await pilot.pause()
-            assert drawn == ["step"], (step, drawn)  # the loss, run, state… cells come from the cache
-            drawn.clear()
+            assert drawn == [0] and asked == [1], (step, drawn, asked)  # v-r16, v-r64 and the header stay as drawn
+        drawn.clear()
+        app.apply_snapshot(source.snapshot)
+        await pilot.pause()
+        assert drawn == []
 
 
-async def test_fast_cell_rendering_draws_what_datatable_draws(seed_campaign):
+async def test_runs_table_cuts_long_ids_and_marks_a_bad_loss(seed_campaign):
     long_id = make_run("a-run-with-a-very-long-identifier", state="failed", loss=float("nan"))
     app = make_app(seed_campaign, make_snapshot(runs=seed_runs() + (long_id,)))
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
-        base = table.rich_style
-        for row in range(table.row_count):
-            for column, spec in enumerate(table.ordered_columns):
-                for cursor in (False, True):
-                    ours = RunsTable._render_cell(table, row, column, base, spec.get_render_width(table), cursor)
-                    textual = DataTable._render_cell(table, row, column, base, spec.get_render_width(table), cursor)
-                    assert [list(Segment.simplify(line)) for line in ours] == [list(Segment.simplify(line)) for line in textual], (row, column, cursor)
+        header = table.render_line(0).text
+        assert header.split() == ["run", "state", "step", "loss", "macro_f1", "ETA", "ckpt", "resume"]
+        line = table.render_line(4)
+        run_width = table.column_width("run")
+        assert line.text.startswith(" a-run-with-a-very-long-identifier"[: run_width] + "… ")
+        assert len(line.text) == table.size.width
+        bad = table.get_component_rich_style("runs-table--bad")
+        nan = next(segment for segment in line if segment.text == "NaN")
+        assert nan.style.color == bad.color and nan.style.bold
+        cursor = table.get_component_rich_style("runs-table--cursor")
+        assert all(segment.style.bgcolor == cursor.bgcolor for segment in table.render_line(1))  # the whole line
 
 
 async def test_role_and_tier_join_when_the_terminal_grows(seed_campaign, monkeypatch):
@@ -907,9 +918,8 @@ async def test_role_and_tier_join_when_the_terminal_grows(seed_campaign, monkeyp
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
-        monkeypatch.setattr(RunsTable, "clear", lambda self, columns=False: pytest.fail("the live table is never cleared"))
-        keys = lambda: [column.key.value for column in table.columns.values()]  # noqa: E731
-        run_width = lambda: next(c.width for c in table.columns.values() if c.key.value == "run")  # noqa: E731
+        keys = lambda: table.shown_columns  # noqa: E731
+        run_width = lambda: table.column_width("run")  # noqa: E731
         # 80 columns: the progress columns all fit, without a sideways scroll; a long id is cut
         assert "role" not in keys() and "resume" in keys()
         assert table.virtual_size.width <= table.size.width and run_width() < len("v-short-context-lr3e4")
@@ -1112,7 +1122,7 @@ async def test_no_colour_at_all_under_no_color_and_the_mono_theme(seed_campaign,
         await started(app, pilot)
         await pilot.pause(0.1)
         assert len(screen_colours(app)) == 2, "the terminal's own foreground and background only"
-        cursor = app.query_one(RunsTable).get_component_styles("datatable--cursor")
+        cursor = app.query_one(RunsTable).get_component_styles("runs-table--cursor")
         assert "reverse" in str(cursor.text_style), "the selected run is told apart by reverse video"
 
 
