@@ -32,6 +32,7 @@ Column = tuple[str, str, int]  # (key, label, ideal width)
 OPTIONAL_COLUMNS = ("role", "tier")  # the plan's words, shown when there is room
 MIN_RUN_WIDTH, MAX_RUN_WIDTH = 8, 24
 CELL_PADDING = 1
+CELL_STYLES = ("running", "muted", "warning", "bad", "good")  # a cell's style name → runs-table--NAME
 
 STATE_STYLES = {
     "running": "running",
@@ -108,6 +109,8 @@ class RunsTable(ScrollView, can_focus=True):
         self._shown: list[tuple[str, int, int]] = []  # (column key, index in the cells, width) on screen
         # (row content, row index, cursor?, layout, width, base style) → the row's line
         self._lines: LRUCache[tuple, Strip] = LRUCache(1024)
+        self._frames: dict[tuple, tuple] = {}  # the styles of a row's cells, by its place (see _frame)
+        self._labels: dict[str, str] = {}
         self._styles: dict[tuple[str, bool], Style] = {}
         self._foregrounds: dict[tuple[str, bool], Style] = {}
         self._base: Style | None = None
@@ -189,6 +192,7 @@ class RunsTable(ScrollView, can_focus=True):
             ("role", "role", 7),
             ("tier", "tier", 13),
         ]
+        self._labels = {key: label for key, label, _ in self._columns}
 
     @staticmethod
     def _run_width_for(runs: tuple[RunView, ...]) -> int:
@@ -217,6 +221,7 @@ class RunsTable(ScrollView, can_focus=True):
         if layout == self._layout and not force:
             return False
         self._layout = layout
+        self._frames.clear()
         run_width, show_optional = layout
         self._shown = [
             (key, index, run_width if key == "run" else width)
@@ -278,6 +283,7 @@ class RunsTable(ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         self._lines.clear()  # a new theme, or the focus moved: component styles changed
+        self._frames.clear()
         self._styles.clear()
         self._foregrounds.clear()
         super().notify_style_update()
@@ -323,28 +329,54 @@ class RunsTable(ScrollView, can_focus=True):
     def _render_row(self, row: int, cells: tuple[Cell, ...] | None, base: Style, width: int, cursor: bool) -> Strip:
         """The row as DataTable draws it: each cell padded by one, its text cut with an ellipsis,
         the header's or the cursor's style over the row's; the rest of the width filled."""
-        row_style = self._component("header") if cells is None else base
-        component = self._component("cursor") if cursor else Style()
-        post = Style.from_color(color=component.color) + Style.from_color(bgcolor=component.bgcolor) if cursor else Style()
+        frame = self._frame(row, base, cursor)
         padding = " " * CELL_PADDING
         segments: list[Segment] = []
-        for column, (key, index, cell_width) in enumerate(self._shown):
+        append = segments.append
+        for (key, index, cell_width), (pad_style, text_styles) in zip(self._shown, frame[0]):
             if cells is None:
-                text, style = next(label for k, label, _ in self._columns if k == key), Style()
+                text, name = self._labels[key], ""
             else:
                 text, name = cells[index]
-                style = self._foreground(name) if name else Style()
-            if cell_len(text) > cell_width:
+            length = cell_len(text)
+            if length > cell_width:
                 text = set_cell_size(text, max(0, cell_width - 1)) + "…"
-            pre = row_style + Style.from_meta({"row": row, "column": column}) + component
-            parts = [Segment(padding), Segment(text, style), Segment(" " * (cell_width - cell_len(text)) + padding)]
-            segments.extend(Segment.apply_style([s for s in parts if s.text], pre, post))
-        table_width = sum(w + 2 * CELL_PADDING for _, _, w in self._shown)
-        extend = row_style + component + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
-        segments.append(Segment(" " * max(0, width - table_width), extend))
+                length = cell_width
+            fill = " " * (cell_width - length) + padding
+            if not name:  # one style for the whole cell
+                append(Segment(padding + text + fill, pad_style))
+            else:
+                append(Segment(padding, pad_style))
+                if text:
+                    append(Segment(text, text_styles[name]))
+                append(Segment(fill, pad_style))
+        table_width = frame[2]
+        if width > table_width:
+            append(Segment(" " * (width - table_width), frame[1]))
         strip = Strip(segments).adjust_cell_length(width, base).simplify()
         scroll_x = round(self.scroll_x)
         return strip.crop(scroll_x, scroll_x + width) if scroll_x else strip
+
+    def _frame(self, row: int, base: Style, cursor: bool) -> tuple:
+        """The styles of one row's cells, which depend on its place and the cursor, not on what
+        it says: ((the cell's style, its text's style by cell style name) per shown column, the
+        fill's style, the table's width). Kept per row until the styles or the columns change."""
+        key = (row, base, cursor, self._layout, self.has_focus)
+        frame = self._frames.get(key)
+        if frame is not None:
+            return frame
+        row_style = self._component("header") if row < 0 else base
+        component = self._component("cursor") if cursor else Style()
+        post = Style.from_color(color=component.color) + Style.from_color(bgcolor=component.bgcolor) if cursor else Style()
+        columns = []
+        for column in range(len(self._shown)):
+            pre = row_style + Style.from_meta({"row": row, "column": column}) + component
+            columns.append((pre + post, {name: pre + self._foreground(name) + post for name in CELL_STYLES}))
+        table_width = sum(w + 2 * CELL_PADDING for _, _, w in self._shown)
+        extend = row_style + component + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
+        frame = (tuple(columns), extend, table_width)
+        self._frames[key] = frame
+        return frame
 
 
 def _cells(run: RunView, now: datetime, memo: dict[str, tuple[RunView, tuple[Cell, ...]]]) -> tuple[Cell, ...]:
