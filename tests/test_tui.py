@@ -7,25 +7,14 @@ every time shown comes from the snapshot or an injected clock."""
 from __future__ import annotations
 
 import html
-import threading
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
-from cockpit.live.snapshot import (
-    AlertView,
-    ClockView,
-    GpuView,
-    HostView,
-    LotView,
-    NvmlView,
-    RunView,
-    Snapshot,
-)
+from cockpit.live.snapshot import AlertView, NvmlView
 from cockpit.plan.load import load_campaign
 from cockpit.record.runlog import RunLog, RunLogError, Transaction
 from cockpit.tui import format as fmt
@@ -36,127 +25,22 @@ from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
 from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, HostLine, LotHeader, RunsTable
 from cockpit.tui.widgets.gpu_row import VALUE_WIDTH
 from cockpit.tui.widgets.sparkline import sparkline
+from tests.conftest import (
+    LOT_START,
+    NOW,
+    FakeSource,
+    events,
+    make_app,
+    make_gpu,
+    make_run,
+    make_snapshot,
+    new_events,
+    seed_runs,
+    stalled_alert,
+    window_and_older_alerts,
+)
 
-NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)
-LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
-GIB = 2**30
-
-
-# ---------------------------------------------------------------- hand-built snapshots
-
-
-def make_gpu(index: int, *, utilization: float = 87.0, simulated: bool = False, lost: bool = False,
-             throttle: tuple[str, ...] = (), samples: int = 60) -> GpuView:
-    history = tuple(float((utilization + 3 * k) % 100) for k in range(samples))
-    return GpuView(
-        index=index, name="NVIDIA GeForce RTX 4090", utilization_percent=utilization,
-        memory_used_bytes=int(14.7 * GIB), memory_total_bytes=24 * GIB, temperature_c=71.0,
-        power_watts=320.0, power_limit_watts=450.0, throttle_reasons=throttle, lost=lost,
-        simulated=simulated, utilization_history=history, memory_history=tuple(61.0 for _ in range(samples)),
-    )
-
-
-def make_run(run_id: str, role: str = "variant", tier: str = "useful", state: str = "planned", **fields) -> RunView:
-    values = dict(
-        id=run_id, role=role, tier=tier, state=state, step=None, total_steps=20000, loss=None, quality=None,
-        last={}, eta=None, last_checkpoint_at=None, resume_verified=False, resume_verified_at=None,
-        pid=None, alive=None,
-    )
-    values.update(fields)
-    return RunView(**values)
-
-
-def seed_runs() -> tuple[RunView, ...]:
-    return (
-        make_run(
-            "ctrl-r1", "control", "indispensable", "running", step=12000, loss=0.4123, quality=0.712,
-            last={"step": 12000, "loss": 0.4123, "eval/macro_f1": 0.712}, pid=4242, alive=True,
-            eta=NOW + timedelta(hours=5), last_checkpoint_at=NOW - timedelta(minutes=12), resume_verified=True,
-        ),
-        make_run("v-r16"),
-        make_run("v-r64", tier="exploratory"),
-    )
-
-
-def make_snapshot(*, gpus: int = 1, nvml: bool = True, simulated: bool = False,
-                  runs: tuple[RunView, ...] | None = None, alerts: tuple[AlertView, ...] = (),
-                  notices: tuple[str, ...] = (), taken_at: datetime = NOW) -> Snapshot:
-    lot = LotView(
-        "sentiment-lora-2026-11", "Does a LoRA variant beat the control by 2 points macro-F1 on corpus v3?",
-        "RTX 4090", 1, 3, Decimal("47.14"), "IG-48113", LOT_START, LOT_START + timedelta(days=3),
-    )
-    clock = ClockView(
-        now=taken_at, started=True, elapsed_hours=26.5, remaining_hours=45.5, window_hours=72.0,
-        committed_hours=48.0, committed_remaining_hours=24.0, uncommitted_hours=24.0,
-        projected_finish=NOW + timedelta(hours=24), retrieval_hours=1.0, fits=True,
-    )
-    if nvml:
-        nvml_view = NvmlView(True, None, simulated=simulated)
-        gpu_views = tuple(make_gpu(i, simulated=simulated) for i in range(gpus))
-    else:
-        nvml_view = NvmlView(False, "libnvidia-ml.so not found (no NVIDIA driver installed on this machine)")
-        gpu_views = ()
-    host = HostView(12.0, 31 * GIB, 64 * GIB, 100 * GIB, 500 * GIB, 210 * GIB)
-    return Snapshot(taken_at, lot, clock, nvml_view, gpu_views, host, seed_runs() if runs is None else runs, alerts, notices)
-
-
-def stalled_alert(seq: int = 1) -> AlertView:
-    return AlertView("stalled", "ctrl-r1", "no metric line for 20 min while the run is alive", NOW - timedelta(minutes=3), seq)
-
-
-class FakeSource:
-    """A SnapshotSource: returns `snapshot` (swap it to simulate the engine moving on)."""
-
-    def __init__(self, snapshot: Snapshot, *, delay: float = 0.0, error: Exception | None = None):
-        self.snapshot = snapshot
-        self.delay = delay
-        self.error = error
-        self.ticks = 0
-        self.running = 0
-        self.max_running = 0
-        self._lock = threading.Lock()
-
-    def tick(self) -> Snapshot:
-        with self._lock:
-            self.running += 1
-            self.max_running = max(self.max_running, self.running)
-        try:
-            if self.delay:
-                time.sleep(self.delay)
-            self.ticks += 1
-            if self.error is not None:
-                raise self.error
-            return self.snapshot
-        finally:
-            with self._lock:
-                self.running -= 1
-
-
-@pytest.fixture(autouse=True)
-def utc_local_time(monkeypatch):
-    """Local times on screen are read in UTC here, whatever the machine running the tests says."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.fixture(autouse=True)
-def no_user_themes(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("NO_COLOR", raising=False)
-
-
-_LOG_BEFORE: dict[Path, int] = {}
-
-
-def make_app(directory: Path, snapshot: Snapshot | None = None, source: FakeSource | None = None, **options) -> CockpitApp:
-    _LOG_BEFORE[directory] = len(events(directory))  # what the copy held before the cockpit ran
-    campaign = load_campaign(directory)
-    source = source or FakeSource(snapshot or make_snapshot())
-    options.setdefault("clock", lambda: NOW)
-    return CockpitApp(campaign, source, RunLog(directory), **options)
+pytestmark = pytest.mark.usefixtures("utc_local_time", "no_user_themes")  # UTC on screen, no user themes
 
 
 async def until(pilot, condition, timeout: float = 5.0) -> None:
@@ -170,16 +54,6 @@ async def until(pilot, condition, timeout: float = 5.0) -> None:
 async def started(app: CockpitApp, pilot) -> None:
     await until(pilot, lambda: app.snapshot is not None)
     await pilot.pause()
-
-
-def events(directory: Path, kind: str | None = None) -> list[dict]:
-    found = RunLog(directory).read().events
-    return [e for e in found if kind is None or e["type"] == kind]
-
-
-def new_events(directory: Path) -> list[dict]:
-    """The events written since the app was made."""
-    return events(directory)[_LOG_BEFORE.get(directory, 0):]
 
 
 def notifications(app: CockpitApp) -> list:
@@ -970,7 +844,8 @@ async def test_sparklines_follow_each_new_sample(seed_campaign):
         newest = lambda: row.render_line(0).text[row.size.width - VALUE_WIDTH - 1]  # noqa: E731
         assert newest() == "▅"  # 64 %
         history = make_gpu(0).utilization_history
-        app.apply_snapshot(replace(make_snapshot(), gpus=(replace(make_gpu(0), utilization_history=history[1:] + (100.0,)),)))
+        app.source.snapshot = replace(make_snapshot(), gpus=(replace(make_gpu(0), utilization_history=history[1:] + (100.0,)),))
+        app.apply_snapshot(app.source.snapshot)  # the polls say the same from now on
         await pilot.pause()
         assert row.gpu.utilization_history[-1] == 100.0 and newest() == "█"
 
@@ -1055,7 +930,8 @@ async def test_a_gpu_scrolled_out_of_view_is_drawn_fresh_when_it_comes_back(seed
         try:
             gpus = tuple(replace(make_gpu(i), utilization_percent=100.0 if i == row.gpu.index else 87.0,
                                  temperature_c=99.0 if i == row.gpu.index else 60.0) for i in range(8))
-            app.apply_snapshot(replace(make_snapshot(gpus=8), gpus=gpus))
+            app.source.snapshot = replace(make_snapshot(gpus=8), gpus=gpus)  # the polls say the same
+            app.apply_snapshot(app.source.snapshot)
             await pilot.pause()
             assert row not in repaints  # out of view: kept, not repainted
             panel.scroll_end(animate=False)
@@ -1272,17 +1148,6 @@ async def test_two_window_alerts_ring_the_bell_once(seed_campaign):
     assert len(rings) == 1
 
 
-def window_and_older_alerts() -> tuple[AlertView, ...]:
-    """An urgent window alert that arrived after three older alerts: at 80×24 the alerts box shows three."""
-    older = (
-        AlertView("nan-loss", "v-r16", "loss is NaN at step 2400", NOW - timedelta(hours=3), 3),
-        AlertView("f1-floor", "v-r64", "F1 0.41 below 0.55 at step 2400", NOW - timedelta(hours=2), 4),
-        stalled_alert(5),
-    )
-    window = AlertView("lot-window", None, "the lot ends at Thu 08:00 in 4h59m; retrieval takes 1h00m", NOW, 6, key="lot-window:6h")
-    return (*older, window)  # listed last: the older alerts would push it out of the box
-
-
 async def test_a_window_alert_is_pinned_in_the_header(seed_campaign):
     app = make_app(seed_campaign, make_snapshot(alerts=window_and_older_alerts()), bell=False)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -1329,6 +1194,7 @@ async def test_an_unreadable_run_and_a_due_pilot_decision_are_shown(seed_campaig
         assert app.query_one(RunsTable).get_cell("ctrl-r1", "state").plain == "unreadable"
         header = app.query_one(LotHeader)
         assert "PILOT DECISION DUE" in header.build_lines(100)[1].plain
-        app.apply_snapshot(make_snapshot())  # decided: the header says no more
+        app.source.snapshot = make_snapshot()  # decided: the header says no more (the polls too)
+        app.apply_snapshot(app.source.snapshot)
         await pilot.pause()
         assert "PILOT DECISION DUE" not in header.build_lines(100)[1].plain
