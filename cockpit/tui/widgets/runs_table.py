@@ -306,7 +306,10 @@ class RunsTable(ScrollView, can_focus=True):
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._base = self.rich_style  # once a frame, not once a line
-        return super().render_lines(crop)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
 
     def render_line(self, y: int) -> Strip:
         base = self._base if self._base is not None else self.rich_style
