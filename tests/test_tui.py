@@ -7,158 +7,40 @@ every time shown comes from the snapshot or an injected clock."""
 from __future__ import annotations
 
 import html
-import threading
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
-from cockpit.live.snapshot import (
-    AlertView,
-    ClockView,
-    GpuView,
-    HostView,
-    LotView,
-    NvmlView,
-    RunView,
-    Snapshot,
-)
+from cockpit.live.snapshot import AlertView, NvmlView
 from cockpit.plan.load import load_campaign
 from cockpit.record.runlog import RunLog, RunLogError, Transaction
 from cockpit.tui import format as fmt
 from cockpit.tui.app import CockpitApp
 from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen
 from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
-from rich.segment import Segment
-from textual.widgets import DataTable
 
 from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, HostLine, LotHeader, RunsTable
 from cockpit.tui.widgets.gpu_row import VALUE_WIDTH
 from cockpit.tui.widgets.sparkline import sparkline
+from tests.conftest import (
+    LOT_START,
+    NOW,
+    FakeSource,
+    events,
+    make_app,
+    make_gpu,
+    make_run,
+    make_snapshot,
+    new_events,
+    seed_runs,
+    stalled_alert,
+    window_and_older_alerts,
+)
 
-NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)
-LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
-GIB = 2**30
-
-
-# ---------------------------------------------------------------- hand-built snapshots
-
-
-def make_gpu(index: int, *, utilization: float = 87.0, simulated: bool = False, lost: bool = False,
-             throttle: tuple[str, ...] = (), samples: int = 60) -> GpuView:
-    history = tuple(float((utilization + 3 * k) % 100) for k in range(samples))
-    return GpuView(
-        index=index, name="NVIDIA GeForce RTX 4090", utilization_percent=utilization,
-        memory_used_bytes=int(14.7 * GIB), memory_total_bytes=24 * GIB, temperature_c=71.0,
-        power_watts=320.0, power_limit_watts=450.0, throttle_reasons=throttle, lost=lost,
-        simulated=simulated, utilization_history=history, memory_history=tuple(61.0 for _ in range(samples)),
-    )
-
-
-def make_run(run_id: str, role: str = "variant", tier: str = "useful", state: str = "planned", **fields) -> RunView:
-    values = dict(
-        id=run_id, role=role, tier=tier, state=state, step=None, total_steps=20000, loss=None, quality=None,
-        last={}, eta=None, last_checkpoint_at=None, resume_verified=False, resume_verified_at=None,
-        pid=None, alive=None,
-    )
-    values.update(fields)
-    return RunView(**values)
-
-
-def seed_runs() -> tuple[RunView, ...]:
-    return (
-        make_run(
-            "ctrl-r1", "control", "indispensable", "running", step=12000, loss=0.4123, quality=0.712,
-            last={"step": 12000, "loss": 0.4123, "eval/macro_f1": 0.712}, pid=4242, alive=True,
-            eta=NOW + timedelta(hours=5), last_checkpoint_at=NOW - timedelta(minutes=12), resume_verified=True,
-        ),
-        make_run("v-r16"),
-        make_run("v-r64", tier="exploratory"),
-    )
-
-
-def make_snapshot(*, gpus: int = 1, nvml: bool = True, simulated: bool = False,
-                  runs: tuple[RunView, ...] | None = None, alerts: tuple[AlertView, ...] = (),
-                  notices: tuple[str, ...] = (), taken_at: datetime = NOW) -> Snapshot:
-    lot = LotView(
-        "sentiment-lora-2026-11", "Does a LoRA variant beat the control by 2 points macro-F1 on corpus v3?",
-        "RTX 4090", 1, 3, Decimal("47.14"), "IG-48113", LOT_START, LOT_START + timedelta(days=3),
-    )
-    clock = ClockView(
-        now=taken_at, started=True, elapsed_hours=26.5, remaining_hours=45.5, window_hours=72.0,
-        committed_hours=48.0, committed_remaining_hours=24.0, uncommitted_hours=24.0,
-        projected_finish=NOW + timedelta(hours=24), retrieval_hours=1.0, fits=True,
-    )
-    if nvml:
-        nvml_view = NvmlView(True, None, simulated=simulated)
-        gpu_views = tuple(make_gpu(i, simulated=simulated) for i in range(gpus))
-    else:
-        nvml_view = NvmlView(False, "libnvidia-ml.so not found (no NVIDIA driver installed on this machine)")
-        gpu_views = ()
-    host = HostView(12.0, 31 * GIB, 64 * GIB, 100 * GIB, 500 * GIB, 210 * GIB)
-    return Snapshot(taken_at, lot, clock, nvml_view, gpu_views, host, seed_runs() if runs is None else runs, alerts, notices)
-
-
-def stalled_alert(seq: int = 1) -> AlertView:
-    return AlertView("stalled", "ctrl-r1", "no metric line for 20 min while the run is alive", NOW - timedelta(minutes=3), seq)
-
-
-class FakeSource:
-    """A SnapshotSource: returns `snapshot` (swap it to simulate the engine moving on)."""
-
-    def __init__(self, snapshot: Snapshot, *, delay: float = 0.0, error: Exception | None = None):
-        self.snapshot = snapshot
-        self.delay = delay
-        self.error = error
-        self.ticks = 0
-        self.running = 0
-        self.max_running = 0
-        self._lock = threading.Lock()
-
-    def tick(self) -> Snapshot:
-        with self._lock:
-            self.running += 1
-            self.max_running = max(self.max_running, self.running)
-        try:
-            if self.delay:
-                time.sleep(self.delay)
-            self.ticks += 1
-            if self.error is not None:
-                raise self.error
-            return self.snapshot
-        finally:
-            with self._lock:
-                self.running -= 1
-
-
-@pytest.fixture(autouse=True)
-def utc_local_time(monkeypatch):
-    """Local times on screen are read in UTC here, whatever the machine running the tests says."""
-    monkeypatch.setenv("TZ", "UTC")
-    time.tzset()
-    yield
-    monkeypatch.undo()
-    time.tzset()
-
-
-@pytest.fixture(autouse=True)
-def no_user_themes(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("NO_COLOR", raising=False)
-
-
-_LOG_BEFORE: dict[Path, int] = {}
-
-
-def make_app(directory: Path, snapshot: Snapshot | None = None, source: FakeSource | None = None, **options) -> CockpitApp:
-    _LOG_BEFORE[directory] = len(events(directory))  # what the copy held before the cockpit ran
-    campaign = load_campaign(directory)
-    source = source or FakeSource(snapshot or make_snapshot())
-    options.setdefault("clock", lambda: NOW)
-    return CockpitApp(campaign, source, RunLog(directory), **options)
+pytestmark = pytest.mark.usefixtures("utc_local_time", "no_user_themes")  # UTC on screen, no user themes
 
 
 async def until(pilot, condition, timeout: float = 5.0) -> None:
@@ -172,16 +54,6 @@ async def until(pilot, condition, timeout: float = 5.0) -> None:
 async def started(app: CockpitApp, pilot) -> None:
     await until(pilot, lambda: app.snapshot is not None)
     await pilot.pause()
-
-
-def events(directory: Path, kind: str | None = None) -> list[dict]:
-    found = RunLog(directory).read().events
-    return [e for e in found if kind is None or e["type"] == kind]
-
-
-def new_events(directory: Path) -> list[dict]:
-    """The events written since the app was made."""
-    return events(directory)[_LOG_BEFORE.get(directory, 0):]
 
 
 def notifications(app: CockpitApp) -> list:
@@ -835,70 +707,83 @@ async def test_the_cockpit_leaves_when_its_terminal_is_gone(seed_campaign, tmp_p
 # ---------------------------------------------------------------- in-place updates
 
 
-async def test_runs_table_updates_only_changed_cells(seed_campaign, monkeypatch):
+async def test_runs_table_repaints_only_the_rows_that_changed(seed_campaign, monkeypatch):
     source = FakeSource(make_snapshot())
     app = make_app(seed_campaign, source=source)
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
         await pilot.press("down")  # the cursor on v-r16 must stay there
-        updated: list[tuple[str, str]] = []
-        original = RunsTable.update_cell
-        monkeypatch.setattr(RunsTable, "update_cell", lambda self, row, column, value, **kw: (updated.append((row, column)), original(self, row, column, value, **kw)))
-        monkeypatch.setattr(RunsTable, "clear", lambda self, columns=False: pytest.fail("the live table is never cleared"))
+        repainted: list[int] = []
+        original = RunsTable.refresh_row
+        monkeypatch.setattr(RunsTable, "refresh_row", lambda self, row: (repainted.append(row), original(self, row)))
         first = seed_runs()[0]
         moved = replace(first, step=12500, loss=0.4011, last={"step": 12500, "loss": 0.4011, "eval/macro_f1": 0.712})
-        app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+        source.snapshot = make_snapshot(runs=(moved,) + seed_runs()[1:])  # the polls say the same
+        app.apply_snapshot(source.snapshot)
         await pilot.pause()
-        assert sorted(updated) == [("ctrl-r1", "loss"), ("ctrl-r1", "step")]
+        assert repainted == [0]  # ctrl-r1's line only
         assert table.get_cell("ctrl-r1", "step").plain == "12.5k/20k"
+        assert table.get_cell("ctrl-r1", "loss").plain == "0.4011"
         assert table.selected_run_id == "v-r16"
-        updated.clear()
-        app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
-        assert updated == []  # the same snapshot again touches nothing
-        app.apply_snapshot(make_snapshot(runs=(moved, seed_runs()[1])))  # v-r64 left the plan
+        repainted.clear()
+        app.apply_snapshot(source.snapshot)
+        assert repainted == []  # the same snapshot again touches nothing
+        source.snapshot = make_snapshot(runs=(moved, seed_runs()[1]))
+        app.apply_snapshot(source.snapshot)  # v-r64 left the plan
         await pilot.pause()
         assert table.row_count == 2 and table.selected_run_id == "v-r16"
 
 
-async def test_a_repainted_row_draws_only_its_changed_cells_again(seed_campaign, monkeypatch):
-    """Regression: Textual's LRUCache.set keeps an existing key's old value, so a cell that had
-    changed once was drawn again on every repaint of its row, for ever."""
+async def test_a_tick_draws_only_the_lines_whose_row_changed(seed_campaign, monkeypatch):
+    """The line cache is keyed by what the row says: a row that changed once is not drawn again
+    on later repaints (the regression DataTable's caches had: Textual's LRUCache.set keeps an
+    existing key's old value)."""
     source = FakeSource(make_snapshot())
     app = make_app(seed_campaign, source=source)
     async with app.run_test(size=(120, 30)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
-        drawn: list[str] = []
-        original = RunsTable._render_plain_cell
-        monkeypatch.setattr(RunsTable, "_render_plain_cell", lambda self, value, row, column, *a: (
-            drawn.append(self._column_locations.get_key(column).value), original(self, value, row, column, *a))[1])
+        drawn: list[int] = []
+        asked: list[int] = []
+        original_row, original_line = RunsTable._render_row, RunsTable.render_line
+        monkeypatch.setattr(RunsTable, "_render_row", lambda self, row, *a: (drawn.append(row), original_row(self, row, *a))[1])
+        monkeypatch.setattr(RunsTable, "render_line", lambda self, y: (asked.append(y), original_line(self, y))[1])
         first = replace(seed_runs()[0], loss=0.3999)  # the loss cell changes once, then stays
-        app.apply_snapshot(make_snapshot(runs=(first,) + seed_runs()[1:]))
+        source.snapshot = make_snapshot(runs=(first,) + seed_runs()[1:])  # the polls say the same
+        app.apply_snapshot(source.snapshot)
         await pilot.pause()
-        assert drawn == ["loss"]
-        drawn.clear()
+        assert drawn == [0] and asked == [1]  # the header is line 0; ctrl-r1 is line 1
         for step in (12100, 12200, 12300):
+            drawn.clear(), asked.clear()
             moved = replace(first, step=step, last={**first.last, "step": step})
-            app.apply_snapshot(make_snapshot(runs=(moved,) + seed_runs()[1:]))
+            source.snapshot = make_snapshot(runs=(moved,) + seed_runs()[1:])
+            app.apply_snapshot(source.snapshot)
             await pilot.pause()
-            assert drawn == ["step"], (step, drawn)  # the loss, run, state… cells come from the cache
-            drawn.clear()
+            assert drawn == [0] and asked == [1], (step, drawn, asked)  # v-r16, v-r64 and the header stay as drawn
+        drawn.clear()
+        app.apply_snapshot(source.snapshot)
+        await pilot.pause()
+        assert drawn == []
 
 
-async def test_fast_cell_rendering_draws_what_datatable_draws(seed_campaign):
+async def test_runs_table_cuts_long_ids_and_marks_a_bad_loss(seed_campaign):
     long_id = make_run("a-run-with-a-very-long-identifier", state="failed", loss=float("nan"))
     app = make_app(seed_campaign, make_snapshot(runs=seed_runs() + (long_id,)))
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
-        base = table.rich_style
-        for row in range(table.row_count):
-            for column, spec in enumerate(table.ordered_columns):
-                for cursor in (False, True):
-                    ours = RunsTable._render_cell(table, row, column, base, spec.get_render_width(table), cursor)
-                    textual = DataTable._render_cell(table, row, column, base, spec.get_render_width(table), cursor)
-                    assert [list(Segment.simplify(line)) for line in ours] == [list(Segment.simplify(line)) for line in textual], (row, column, cursor)
+        header = table.render_line(0).text
+        assert header.split() == ["run", "state", "step", "loss", "macro_f1", "ETA", "ckpt", "resume"]
+        line = table.render_line(4)
+        run_width = table.column_width("run")
+        assert line.text.startswith(" a-run-with-a-very-long-identifier"[: run_width] + "… ")
+        assert len(line.text) == table.size.width
+        bad = table.get_component_rich_style("runs-table--bad")
+        nan = next(segment for segment in line if segment.text == "NaN")
+        assert nan.style.color == bad.color and nan.style.bold
+        cursor = table.get_component_rich_style("runs-table--cursor")
+        assert all(segment.style.bgcolor == cursor.bgcolor for segment in table.render_line(1))  # the whole line
 
 
 async def test_role_and_tier_join_when_the_terminal_grows(seed_campaign, monkeypatch):
@@ -907,9 +792,8 @@ async def test_role_and_tier_join_when_the_terminal_grows(seed_campaign, monkeyp
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         table = app.query_one(RunsTable)
-        monkeypatch.setattr(RunsTable, "clear", lambda self, columns=False: pytest.fail("the live table is never cleared"))
-        keys = lambda: [column.key.value for column in table.columns.values()]  # noqa: E731
-        run_width = lambda: next(c.width for c in table.columns.values() if c.key.value == "run")  # noqa: E731
+        keys = lambda: table.shown_columns  # noqa: E731
+        run_width = lambda: table.column_width("run")  # noqa: E731
         # 80 columns: the progress columns all fit, without a sideways scroll; a long id is cut
         assert "role" not in keys() and "resume" in keys()
         assert table.virtual_size.width <= table.size.width and run_width() < len("v-short-context-lr3e4")
@@ -960,7 +844,8 @@ async def test_sparklines_follow_each_new_sample(seed_campaign):
         newest = lambda: row.render_line(0).text[row.size.width - VALUE_WIDTH - 1]  # noqa: E731
         assert newest() == "▅"  # 64 %
         history = make_gpu(0).utilization_history
-        app.apply_snapshot(replace(make_snapshot(), gpus=(replace(make_gpu(0), utilization_history=history[1:] + (100.0,)),)))
+        app.source.snapshot = replace(make_snapshot(), gpus=(replace(make_gpu(0), utilization_history=history[1:] + (100.0,)),))
+        app.apply_snapshot(app.source.snapshot)  # the polls say the same from now on
         await pilot.pause()
         assert row.gpu.utilization_history[-1] == 100.0 and newest() == "█"
 
@@ -1045,7 +930,8 @@ async def test_a_gpu_scrolled_out_of_view_is_drawn_fresh_when_it_comes_back(seed
         try:
             gpus = tuple(replace(make_gpu(i), utilization_percent=100.0 if i == row.gpu.index else 87.0,
                                  temperature_c=99.0 if i == row.gpu.index else 60.0) for i in range(8))
-            app.apply_snapshot(replace(make_snapshot(gpus=8), gpus=gpus))
+            app.source.snapshot = replace(make_snapshot(gpus=8), gpus=gpus)  # the polls say the same
+            app.apply_snapshot(app.source.snapshot)
             await pilot.pause()
             assert row not in repaints  # out of view: kept, not repainted
             panel.scroll_end(animate=False)
@@ -1112,7 +998,7 @@ async def test_no_colour_at_all_under_no_color_and_the_mono_theme(seed_campaign,
         await started(app, pilot)
         await pilot.pause(0.1)
         assert len(screen_colours(app)) == 2, "the terminal's own foreground and background only"
-        cursor = app.query_one(RunsTable).get_component_styles("datatable--cursor")
+        cursor = app.query_one(RunsTable).get_component_styles("runs-table--cursor")
         assert "reverse" in str(cursor.text_style), "the selected run is told apart by reverse video"
 
 
@@ -1262,17 +1148,6 @@ async def test_two_window_alerts_ring_the_bell_once(seed_campaign):
     assert len(rings) == 1
 
 
-def window_and_older_alerts() -> tuple[AlertView, ...]:
-    """An urgent window alert that arrived after three older alerts: at 80×24 the alerts box shows three."""
-    older = (
-        AlertView("nan-loss", "v-r16", "loss is NaN at step 2400", NOW - timedelta(hours=3), 3),
-        AlertView("f1-floor", "v-r64", "F1 0.41 below 0.55 at step 2400", NOW - timedelta(hours=2), 4),
-        stalled_alert(5),
-    )
-    window = AlertView("lot-window", None, "the lot ends at Thu 08:00 in 4h59m; retrieval takes 1h00m", NOW, 6, key="lot-window:6h")
-    return (*older, window)  # listed last: the older alerts would push it out of the box
-
-
 async def test_a_window_alert_is_pinned_in_the_header(seed_campaign):
     app = make_app(seed_campaign, make_snapshot(alerts=window_and_older_alerts()), bell=False)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -1319,6 +1194,7 @@ async def test_an_unreadable_run_and_a_due_pilot_decision_are_shown(seed_campaig
         assert app.query_one(RunsTable).get_cell("ctrl-r1", "state").plain == "unreadable"
         header = app.query_one(LotHeader)
         assert "PILOT DECISION DUE" in header.build_lines(100)[1].plain
-        app.apply_snapshot(make_snapshot())  # decided: the header says no more
+        app.source.snapshot = make_snapshot()  # decided: the header says no more (the polls too)
+        app.apply_snapshot(app.source.snapshot)
         await pilot.pause()
         assert "PILOT DECISION DUE" not in header.build_lines(100)[1].plain

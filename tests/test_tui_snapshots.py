@@ -7,14 +7,11 @@ then review the SVGs in tests/__snapshots__/ before committing them."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # the fakes live in test_tui.py, whatever the import mode
-from test_tui import NOW, make_app, make_snapshot, stalled_alert, window_and_older_alerts  # noqa: E402
-from test_tui import no_user_themes, utc_local_time  # noqa: E402, F401 — autouse fixtures: UTC, no user themes
+from tests.conftest import NOW, make_app, make_snapshot, stalled_alert, window_and_older_alerts
+
+pytestmark = pytest.mark.usefixtures("utc_local_time", "no_user_themes")  # UTC on screen, no user themes
 
 
 async def _first_frame(pilot) -> None:

@@ -12,23 +12,23 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from time import perf_counter
 from typing import Any
 
+from textual import work
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.filter import Monochrome, NoColor
+from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.timer import Timer
-from textual.content import Content
-from textual.filter import Monochrome, NoColor
 from textual.widgets import Footer
-from textual.widgets._toast import Toast
+from textual.worker import get_current_worker
 
 from cockpit.common.text import escape_control
 from cockpit.common.times import utc_now
@@ -38,20 +38,19 @@ from cockpit.plan.campaign import Campaign
 from cockpit.record import decisions
 from cockpit.record.runlog import RunLog, RunLogError
 from cockpit.tui import format as fmt
-from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed
+from cockpit.tui import terminal, toast
+from cockpit.tui.keys import APP_BINDINGS, key_help
+from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed, VoidRequested
 from cockpit.tui.screens import (
     ConfirmScreen,
     DecisionRequest,
     DecisionScreen,
     HelpScreen,
-    KeyHelp,
     LogScreen,
     NoteRequest,
     NoteScreen,
-    StopRequest,
-    StopScreen,
-    VoidRequested,
 )
+from cockpit.tui.stop_flow import StopFlow
 from cockpit.tui.themes import DEFAULT_THEME, MONOCHROME_THEME, ThemeCatalog, default_theme_name, discover_themes
 from cockpit.tui.lots import LotsLine, open_lots
 from cockpit.tui.widgets import AlertsList, ClockPanel, GpuPanel, LotHeader, RunsTable
@@ -62,8 +61,6 @@ WINDOW_RULE = "lot-window"  # the lot's window alerts: pinned in the header
 MAX_ALERT_TOASTS = 3  # more new alerts at once are summed up in one toast
 TOAST_SECONDS = 4.0  # a toast is one line above the footer, gone after a few seconds
 TOAST_SECONDS_ERROR = 10.0  # "NOT recorded" stays a little longer; the alerts list keeps what matters
-TERMINAL_CHECK_SECONDS = 1.0  # the watchdog looks for the terminal this often (one stat)
-EXIT_GRACE_SECONDS = 2.5  # an orderly exit without a terminal gets this long, then the process leaves
 
 SignalRun = Callable[[str], dict[str, Any]]
 Clock = Callable[[], datetime]
@@ -88,16 +85,11 @@ class CockpitApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (32, "-tall")]
 
-    BINDINGS = [
-        Binding("s", "stop", "Stop run", id="stop", tooltip="record a stop of the selected run (a rule or a reason); offers SIGTERM when its pid is known"),
-        Binding("d", "decide", "Pilot decision", id="decide", tooltip="continue / drop-optional / revise, with a note"),
-        Binding("a", "acknowledge", "Acknowledge", id="acknowledge", tooltip="acknowledge the selected alert"),
-        Binding("n", "note", "Note", id="note", tooltip="record an explained deviation, optionally on the selected run"),
-        Binding("l", "log", "Run log", id="log", tooltip="the run log, newest first; v there takes back a mistaken decision (a void event)"),
-        Binding("t", "cycle_theme", "Theme", id="theme", tooltip="next theme (dark, light, mono, then yours)"),
-        Binding("question_mark", "help", "Help", id="help", key_display="?", tooltip="this list"),
-        Binding("q", "quit", "Quit", id="quit", priority=True, tooltip="leave the cockpit (the runs go on)"),
-    ]
+    BINDINGS = APP_BINDINGS  # every key in one place: cockpit.tui.keys
+
+    # What the screen shows: setting either redraws what depends on it, and only when it changed.
+    snapshot: var[Snapshot | None] = var(None, always_update=False, init=False)
+    engine_error: var[str | None] = var(None, always_update=False, init=False)  # the last tick's failure
 
     def __init__(
         self,
@@ -124,15 +116,14 @@ class CockpitApp(App[None]):
         self.refresh_seconds = refresh_seconds if refresh_seconds > 0 and math.isfinite(refresh_seconds) else 1.0
         self.signal_run = signal_run
         self.clock: Clock = clock or utc_now
-        self.snapshot: Snapshot | None = None
         self.first_frame_seconds: float | None = None  # from construction to the first snapshot on screen
         self._constructed = perf_counter()
         self.tick_lock = threading.Lock()  # held during a tick: take it before closing the source
-        self._polling = False
         self._poll_timer: Timer | None = None
-        self._source_error: str | None = None
         self._previous_alerts: dict[str, int | None] | None = None
-        self._acknowledged: set[AlertKey] = set()
+        # Acknowledgements on disk that the engine's snapshots do not show yet (a tick under way
+        # while it was written): set on the alerts of each snapshot until the engine says so too.
+        self._acknowledging: set[AlertKey] = set()
         self._startup_notices: list[tuple[str, str]] = []
         self._terminal: str | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -204,10 +195,10 @@ class CockpitApp(App[None]):
         for message, severity in self._startup_notices:
             self.notify(message, severity=severity, timeout=15, markup=False)  # type: ignore[arg-type]
         self._event_loop = asyncio.get_running_loop()
-        self._terminal = _terminal_path() if not self.is_headless else None
+        self._terminal = terminal.terminal_path() if not self.is_headless else None
         if self._terminal is not None:
-            threading.Thread(target=self._watch_terminal, name="cockpit-terminal-watchdog", daemon=True).start()
-        self.set_interval(5, self._every_five_seconds, name="freshness")
+            terminal.start_watchdog(self._check_terminal, self.left)
+        self.set_interval(5, self._check_freshness, name="freshness")
         self._poll()
 
     # ------------------------------------------------------------------ polling
@@ -225,48 +216,48 @@ class CockpitApp(App[None]):
 
     def _poll(self) -> None:
         self._poll_timer = None
-        if self._polling or self._shutting_down():
+        if self._shutting_down():
             return
         if self._modal_open():  # the person is deciding: keep what they are looking at still
             self._header.show_status("updates paused while a dialog is open")
             self._schedule_poll()
             return
-        self._polling = True
-        self.run_worker(self._tick, name="tick", group="poll", thread=True, exit_on_error=False)
+        self._tick()
 
+    @work(thread=True, exclusive=True, group="poll", exit_on_error=False, name="tick")
     def _tick(self) -> None:
-        """In a thread: one blocking tick of the source, posted back as a message."""
+        """In a thread: one blocking tick of the source, posted back as a message. The next one is
+        started only once this one's message arrived; exclusive, so there is never a second."""
         try:
             with self.tick_lock:
                 snapshot = self.source.tick()
         except Exception as error:  # the engine's failure is shown, and the next tick retried
-            self.post_message(SourceFailed(error))
+            message: SnapshotReady | SourceFailed = SourceFailed(error)
         else:
-            self.post_message(SnapshotReady(snapshot))
+            message = SnapshotReady(snapshot)
+        if not get_current_worker().is_cancelled:
+            self.post_message(message)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
-        self._polling = False
         if self._shutting_down():
             return
-        if self._source_error is not None:
-            self._source_error = None
-            self.notify("The engine is answering again.", title="engine", timeout=5)
+        self.engine_error = None
         self.apply_snapshot(message.snapshot)
         self._schedule_poll()
 
     def on_source_failed(self, message: SourceFailed) -> None:
-        self._polling = False
         if self._shutting_down():
             return
         text = f"{type(message.error).__name__}: {message.error}"
-        if text != self._source_error:  # once per distinct failure, not once a second
-            self.notify(text, title="the engine failed; retrying", severity="error", timeout=15, markup=False)
-        self._source_error = text
+        self.engine_error = text  # told once per distinct failure, not once a second
         self._header.show_status(f"engine failed: {text}", "error")
         self._schedule_poll(min(30.0, self.refresh_seconds * 5))  # back off, then retry
 
-    def _every_five_seconds(self) -> None:
-        self._check_freshness()
+    def watch_engine_error(self, before: str | None, error: str | None) -> None:
+        if error is not None:
+            self.notify(error, title="the engine failed; retrying", severity="error", timeout=15, markup=False)
+        elif before is not None:
+            self.notify("The engine is answering again.", title="engine", timeout=5)
 
     def _check_terminal(self) -> bool:
         """When the SSH session's terminal is gone (and SIGHUP was ignored, e.g. under nohup), ask the
@@ -280,21 +271,9 @@ class CockpitApp(App[None]):
             loop.call_soon_threadsafe(partial(self.exit, return_code=1, message=message))
         return True
 
-    def _watch_terminal(self) -> None:
-        """The watchdog, on its own thread so that an event loop stuck writing to a dead terminal
-        cannot silence it. Textual's own shutdown may block on that terminal for ever (its writer
-        waits on output nobody reads), so an orderly exit gets EXIT_GRACE_SECONDS and then the
-        process leaves at once. Nothing recorded is lost: each run-log event is one fsynced write,
-        complete before the screen confirmed it."""
-        while not self.left.wait(TERMINAL_CHECK_SECONDS):
-            if self._check_terminal():
-                if not self.left.wait(EXIT_GRACE_SECONDS):
-                    os._exit(1)
-                return
-
     def _check_freshness(self) -> None:
         snapshot = self.snapshot
-        if snapshot is None or self._source_error is not None or self._shutting_down() or self._modal_open():
+        if snapshot is None or self.engine_error is not None or self._shutting_down() or self._modal_open():
             return
         silence = (self.clock() - snapshot.taken_at).total_seconds()
         if silence > max(10.0, 5 * self.refresh_seconds):
@@ -303,12 +282,26 @@ class CockpitApp(App[None]):
     # ------------------------------------------------------------------ rendering
 
     def apply_snapshot(self, snapshot: Snapshot) -> None:
-        """Hand each panel its part; each redraws only what changed."""
-        first = self.snapshot is None
-        self.snapshot = snapshot
-        now = snapshot.clock.now
+        """A new snapshot on screen: each panel redraws only what changed; the same snapshot
+        again changes nothing."""
+        self.snapshot = self._with_acknowledgements(snapshot)
+
+    def _with_acknowledgements(self, snapshot: Snapshot) -> Snapshot:
+        """The snapshot with the acknowledgements written here marked on its alerts
+        (`AlertView.acknowledged`: the one thing the panels read)."""
+        if not self._acknowledging:
+            return snapshot
         unacknowledged = {alert_key(a) for a in snapshot.alerts if not a.acknowledged}
-        self._acknowledged &= unacknowledged  # the engine has caught up with those that left
+        self._acknowledging &= unacknowledged  # the engine has caught up with those that left
+        if not self._acknowledging:
+            return snapshot
+        alerts = tuple(replace(a, acknowledged=True) if alert_key(a) in self._acknowledging else a for a in snapshot.alerts)
+        return replace(snapshot, alerts=alerts)
+
+    def watch_snapshot(self, before: Snapshot | None, snapshot: Snapshot | None) -> None:
+        if snapshot is None:
+            return
+        now = snapshot.clock.now
         with self.batch_update():
             self._header.show_lot(snapshot.lot, now, snapshot.pilot_due_at)
             self._pin_window_alert(snapshot.alerts)
@@ -316,9 +309,9 @@ class CockpitApp(App[None]):
             self._clock_panel.show(snapshot.clock, snapshot.lot)
             self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)
             self._runs.show(snapshot.runs, now)
-            self._alerts.show(snapshot.alerts, snapshot.notices, now, self._acknowledged)
+            self._alerts.show(snapshot.alerts, snapshot.notices, now)
         self._announce_new_alerts(snapshot.alerts)
-        if first:
+        if before is None:
             self.call_after_refresh(self._first_frame_painted)
 
     def _pin_window_alert(self, alerts: tuple[AlertView, ...]) -> None:
@@ -361,7 +354,7 @@ class CockpitApp(App[None]):
 
     # ------------------------------------------------------------------ recording
 
-    def _record(
+    def record(
         self,
         kind: str,
         what: str,
@@ -409,123 +402,7 @@ class CockpitApp(App[None]):
         if run_id is None:
             self.notify("No run selected: the runs table is empty.", severity="warning")
             return
-        self.push_screen(StopScreen(run_id, run, self.campaign.model.stop_rules), partial(self._stop_chosen, run))
-
-    def _stop_chosen(self, run: RunView | None, request: StopRequest | None) -> None:
-        """After the rule or reason: read the run log (in a thread) for what makes this stop
-        doubtful and for the rule's last value, then ask the next question. Esc at any step
-        cancels and records nothing."""
-        if request is None:
-            self._stop_cancelled()
-            return
-        log = self.run_log
-        finished = run is not None and run.state == "finished"
-        rule = self.campaign.rule(request.rule) if request.rule else None
-
-        def check() -> None:
-            try:
-                state = log.replay()
-            except RunLogError as error:
-                self.post_message(RecordFailed(f"stop of run {request.run}", str(error)))
-                return
-            doubts = decisions.stop_doubts(state, request.run, request.rule, finished=finished)
-            value = _rule_value_text(rule, run, state, request.run)
-            self.call_from_thread(self._stop_doubt_step, request, run, doubts, value)
-
-        self.run_worker(check, name="check stop", group="check", thread=True, exit_on_error=False)
-
-    def _stop_cancelled(self) -> None:
-        self.notify("Stop cancelled: nothing recorded.", timeout=4)
-
-    def _stop_doubt_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None) -> None:
-        if not doubts:
-            self._stop_signal_step(request, run, doubts, value)
-            return
-        message = (
-            "This stop is probably a mistake:\n" + "\n".join(f"· {d.why}" for d in doubts)
-            + "\nRecord it anyway? The stop will say so in the run log."
-        )
-
-        def answered(answer: bool | None) -> None:
-            if answer:
-                self._stop_signal_step(request, run, doubts, value)
-            else:
-                self._stop_cancelled()
-
-        self.push_screen(
-            ConfirmScreen("Stop anyway?", message, yes="Stop anyway [y]", no=None, cancel="Cancel [Esc]", default="cancel", id="stop-doubt"),
-            answered,
-        )
-
-    def _stop_signal_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None) -> None:
-        if self.signal_run is None or run is None or run.pid is None or run.alive is False:
-            self._stop_confirm_step(request, run, doubts, value, False)
-            return
-        question = (
-            f"Also send SIGTERM to run {request.run}'s process (pid {run.pid})? The training loop is "
-            "asked to save and exit; a signal cannot be taken back."
-        )
-
-        def answered(answer: bool | None) -> None:
-            if answer is None:
-                self._stop_cancelled()
-            else:
-                self._stop_confirm_step(request, run, doubts, value, answer)
-
-        self.push_screen(
-            ConfirmScreen("Send SIGTERM?", question, yes="Send SIGTERM [y]", no="Record only [n]", cancel="Cancel [Esc]", id="stop-signal"),
-            answered,
-        )
-
-    def _stop_confirm_step(self, request: StopRequest, run: RunView | None, doubts: list, value: str | None, send: bool) -> None:
-        """One line that says exactly what will be written; Enter records it, Esc cancels."""
-        parts = [f"stop of run {request.run}"]
-        if request.rule:
-            parts.append(f"rule {request.rule}" + (f" ({value})" if value else ""))
-        if request.reason:
-            parts.append(f"reason: {request.reason}")
-        parts.append(f"then SIGTERM to pid {run.pid}" if send and run is not None else "no SIGTERM")
-        parts += [{"after_finish": "marked after_finish", "rule_triggered": "marked rule_triggered: false"}[d.flag] for d in doubts]
-
-        def answered(answer: bool | None) -> None:
-            if answer:
-                self._record_stop(request, run, send, force=bool(doubts))
-            else:
-                self._stop_cancelled()
-
-        self.push_screen(
-            ConfirmScreen("Record this stop?", " · ".join(parts), yes="Record [y]", no=None, cancel="Cancel [Esc]", default="yes", id="stop-confirm"),
-            answered,
-        )
-
-    def _record_stop(self, request: StopRequest, run: RunView | None, send_signal: bool | None, *, force: bool = False) -> None:
-        last: dict[str, Any] = dict(run.last) if run is not None else {}
-        if run is not None and run.step is not None:
-            last.setdefault("step", run.step)
-        signal = None
-        if send_signal and self.signal_run is not None:
-            signal_run, run_id = self.signal_run, request.run
-            signal = lambda: signal_run(run_id)  # noqa: E731 — runs inside the run log's lock, after validation
-        campaign, log = self.campaign, self.run_log
-        finished = run is not None and run.state == "finished"
-
-        def write() -> dict[str, Any]:
-            return decisions.record_stop(
-                campaign, log, request.run, rule=request.rule, reason=request.reason, source=SOURCE, last=last,
-                signal=signal, finished=finished, force=force,
-            )
-
-        def describe(event: dict[str, Any]) -> str:
-            cause = f"rule {event['rule']}" if event.get("rule") else f"reason: {event.get('reason')}"
-            text = f"stop of run {request.run} ({cause}), seq {event['seq']}"
-            outcome = event.get("signal") or {}
-            if outcome.get("requested"):
-                text += "; SIGTERM sent" if outcome.get("sent") else "; SIGTERM NOT sent"
-                if outcome.get("detail"):
-                    text += f": {outcome['detail']}"
-            return text
-
-        self._record("stop", f"stop of run {request.run}", write, describe)
+        StopFlow(self, run_id, run).start()
 
     def action_decide(self) -> None:
         self.push_screen(DecisionScreen(self._pilot_facts()), self._decision_chosen)
@@ -547,7 +424,7 @@ class CockpitApp(App[None]):
             self.notify("Pilot decision cancelled: nothing recorded.", timeout=4)
             return
         campaign, log = self.campaign, self.run_log
-        self._record(
+        self.record(
             "pilot_decision",
             f"pilot decision {request.decision}",
             lambda: decisions.record_decision(campaign, log, request.decision, note=request.note, source=SOURCE),
@@ -582,12 +459,11 @@ class CockpitApp(App[None]):
         where = f" on {alert.run}" if alert.run else ""
 
         def acknowledged(_event: dict[str, Any]) -> None:
-            self._acknowledged.add(key)
+            self._acknowledging.add(key)
             if self.snapshot is not None:
-                snapshot = self.snapshot
-                self._alerts.show(snapshot.alerts, snapshot.notices, snapshot.clock.now, self._acknowledged)
+                self.snapshot = self._with_acknowledgements(self.snapshot)
 
-        self._record(
+        self.record(
             "ack",
             f"acknowledgement of {alert.rule}{where}",
             lambda: decisions.acknowledge(campaign, log, alert.rule, alert.run, source=SOURCE, key=alert.key or None),
@@ -605,7 +481,7 @@ class CockpitApp(App[None]):
             return
         campaign, log = self.campaign, self.run_log
         where = f" on run {request.run}" if request.run else ""
-        self._record(
+        self.record(
             "note",
             f"note{where}",
             lambda: decisions.record_note(campaign, log, request.text, run_id=request.run, source=SOURCE),
@@ -628,22 +504,19 @@ class CockpitApp(App[None]):
     def action_log(self) -> None:
         self._read_log(self._log_read)
 
+    @work(thread=True, exclusive=True, group="read-log", exit_on_error=False, name="read log")
     def _read_log(self, then: Callable[[list[dict[str, Any]], dict[int, str]], None]) -> None:
-        """Read the run log in a thread; `then` gets its events and their one-line summaries."""
+        """In a thread: read the run log; `then` gets its events and their one-line summaries."""
         from cockpit.record.describe import event_summary
 
-        log = self.run_log
-
-        def read() -> None:
-            try:
-                events = log.read().events
-            except RunLogError as error:
-                self.call_from_thread(self.notify, str(error), title="cannot read the run log", severity="error", markup=False)
-                return
-            summaries = {e["seq"]: event_summary(e) for e in events}
+        try:
+            events = self.run_log.read().events
+        except RunLogError as error:
+            self.call_from_thread(self.notify, str(error), title="cannot read the run log", severity="error", markup=False)
+            return
+        summaries = {e["seq"]: event_summary(e) for e in events}
+        if not get_current_worker().is_cancelled:
             self.call_from_thread(then, events, summaries)
-
-        self.run_worker(read, name="read log", group="check", thread=True, exit_on_error=False)
 
     def _log_read(self, events: list[dict[str, Any]], summaries: dict[int, str]) -> None:
         if not self._modal_open():
@@ -661,7 +534,7 @@ class CockpitApp(App[None]):
 
             self._read_log(shown)
 
-        self._record(
+        self.record(
             "void",
             f"void of seq {seq}",
             lambda: decisions.record_void(campaign, log, seq, reason=reason, source=SOURCE),
@@ -682,11 +555,7 @@ class CockpitApp(App[None]):
         open_lots(self)
 
     def action_help(self) -> None:
-        keys = [KeyHelp(b.key_display or b.key, b.description, b.tooltip) for b in self._key_bindings()]
-        self.push_screen(HelpScreen(keys))
-
-    def _key_bindings(self) -> list[Binding]:
-        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+        self.push_screen(HelpScreen(key_help()))
 
     async def action_quit(self) -> None:
         # A decision being written is finished first: quitting must not lose what was confirmed.
@@ -706,40 +575,4 @@ def _window_threshold(alert: AlertView) -> float:
         return 0.0
 
 
-def _rule_value_text(rule: Any, run: RunView | None, state: Any, run_id: str) -> str | None:
-    """The rule's last value for the run: its metric's last value, else the value its last alert
-    for that run carried; None when the rule watches nothing the run reported."""
-    if rule is None:
-        return None
-    metric = getattr(rule, "metric", None)
-    if metric and run is not None and metric in run.last:
-        return f"{metric} last {fmt.metric(run.last[metric])}"
-    alert = next((a.event for a in reversed(state.alerts) if a.event.get("rule") == rule.id and a.event.get("run") == run_id), None)
-    if alert is not None and alert.get("value") is not None:
-        return f"last alert value {fmt.metric(alert.get('value'))}"
-    return f"{metric} not reported yet" if metric else "no value recorded for it"
-
-
-def _one_line_toast(self: Toast) -> Content:
-    """A toast as one line, "title: message", so that it fits the single row above the footer."""
-    notification = self._notification
-    message = Content.from_markup(notification.message) if notification.markup else Content(notification.message)
-    message = Content(" ").join(message.split("\n"))
-    if notification.title:
-        return Content.assemble((notification.title + ": ", self.get_visual_style("toast--title")), message)
-    return message
-
-
-# Textual draws a toast's title on a line of its own and has no option for one line; the cockpit
-# is the only app in its process, so its toasts are drawn this way everywhere.
-Toast.render = _one_line_toast  # type: ignore[method-assign]
-
-
-def _terminal_path() -> str | None:
-    """The path of the terminal the cockpit draws on (`/dev/pts/3`), when it has one."""
-    for stream in (sys.__stdout__, sys.__stdin__):
-        try:
-            return os.ttyname(stream.fileno())
-        except (AttributeError, OSError, ValueError):
-            continue
-    return None
+toast.install()  # one-line toasts, everywhere in this process

@@ -1,5 +1,6 @@
-"""The messages the cockpit's workers post to the UI thread: a new snapshot, a failed tick, a
-decision on disk, a decision refused. Small and frozen; the UI thread acts on them."""
+"""The messages of the cockpit's UI, in one place: what its workers post to the UI thread (a new
+snapshot, a failed tick, a decision on disk, a decision refused) and what its screens ask of the
+app (void an event). Small; the UI thread acts on them."""
 
 from __future__ import annotations
 
@@ -44,4 +45,12 @@ class RecordFailed(Message, bubble=False):
     """A decision was refused or could not be written: nothing was recorded."""
 
     what: str
+    reason: str
+
+
+@dataclass
+class VoidRequested(Message):
+    """The person asked, on the log screen, to void the event `seq` for `reason`; the app writes it."""
+
+    seq: int
     reason: str

@@ -12,7 +12,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, OptionList, Static
 from textual.widgets.option_list import Option
@@ -26,6 +25,7 @@ from cockpit.plan.campaign import StopRule
 from cockpit.record.decisions import PILOT_DECISIONS, VOIDABLE_NAMES
 from cockpit.record.runlog import voided_seqs
 from cockpit.tui import format as fmt
+from cockpit.tui.messages import VoidRequested
 
 NO_RULE = "no-rule"
 
@@ -513,15 +513,6 @@ class LogScreen(ModalScreen):
             self.app.notify("Void cancelled: nothing recorded.")
             return
         self.post_message(VoidRequested(event["seq"], reason))
-
-
-class VoidRequested(Message):
-    """The person asked to void the event `seq` for `reason`; the app writes it."""
-
-    def __init__(self, seq: int, reason: str) -> None:
-        super().__init__()
-        self.seq = seq
-        self.reason = reason
 
 
 class VoidScreen(Dialog):

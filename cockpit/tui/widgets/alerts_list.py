@@ -1,6 +1,7 @@
 """Alerts, the unacknowledged ones first (newest first), marked until someone acknowledges them;
 the snapshot's notices (plan drift, unreadable lines…) follow, dimmed, as things to know. A new
-alert takes the selection (so `a` names it) unless the person moved the selection moments ago."""
+alert takes the selection (so `a` names it) unless the person moved the selection moments ago.
+Whether an alert is acknowledged is what its `AlertView.acknowledged` says, nothing else."""
 
 from __future__ import annotations
 
@@ -47,7 +48,6 @@ class AlertsList(OptionList):
         super().__init__(id=id)
         self._shown: tuple | None = None
         self._alerts: dict[str, AlertView] = {}
-        self._acknowledged: set[AlertKey] = set()
         self._monotonic = monotonic
         self.moved_by_user_at: float | None = None  # when the person last moved the selection
 
@@ -81,20 +81,19 @@ class AlertsList(OptionList):
     def _user_holds_selection(self) -> bool:
         return self.moved_by_user_at is not None and self._monotonic() - self.moved_by_user_at < USER_HOLD_SECONDS
 
-    def show(self, alerts: tuple[AlertView, ...], notices: tuple[str, ...], now: datetime, acknowledged: set[AlertKey]) -> None:
+    def show(self, alerts: tuple[AlertView, ...], notices: tuple[str, ...], now: datetime) -> None:
         """Rebuild the options only when what they say changed; keep the highlighted alert."""
-        state = (alerts, notices, frozenset(acknowledged), fmt.local(now).date())  # the local day: times say "HH:MM" only for today
+        state = (alerts, notices, fmt.local(now).date())  # the local day: times say "HH:MM" only for today
         if state == self._shown:
             return
         self._shown = state
-        self._acknowledged = set(acknowledged)
         highlighted = self.highlighted_option.id if self.highlighted_option is not None else None
         before = set(self._alerts)
-        alerts = tuple(sorted(alerts, key=self.is_acknowledged_given(acknowledged)))  # stable: newest first within each
+        alerts = tuple(sorted(alerts, key=self.is_acknowledged))  # stable: newest first within each
         self._alerts = {_option_id(alert_key(a)): a for a in alerts}
         arrived = [
             option_id for option_id, a in self._alerts.items()
-            if option_id not in before and not self.is_acknowledged_given(acknowledged)(a)
+            if option_id not in before and not a.acknowledged
         ]
         if arrived and before and not self._user_holds_selection():
             highlighted = arrived[0]  # the newest new alert: `a` acknowledges what just arrived
@@ -114,11 +113,8 @@ class AlertsList(OptionList):
             self.highlighted = 0
 
     @staticmethod
-    def is_acknowledged_given(acknowledged: set[AlertKey]) -> Callable[[AlertView], bool]:
-        return lambda alert: alert.acknowledged or alert_key(alert) in acknowledged
-
-    def is_acknowledged(self, alert: AlertView) -> bool:
-        return alert.acknowledged or alert_key(alert) in self._acknowledged
+    def is_acknowledged(alert: AlertView) -> bool:
+        return alert.acknowledged
 
     @property
     def selected_alert(self) -> AlertView | None:

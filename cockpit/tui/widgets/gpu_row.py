@@ -55,6 +55,10 @@ class GpuRow(TextLines):
             self.compact = compact
             self.update_lines()
 
+    def line_count(self) -> int:
+        gpu = self.gpu
+        return 1 + (not self.compact and not gpu.lost) + bool(problem_text(gpu))
+
     def build_lines(self, width: int) -> list[Text]:
         gpu = self.gpu
         label = self.component_style("gpu-row--label")

@@ -1,25 +1,38 @@
-"""The campaign's runs, one row per run id: state, progress, last loss and quality, ETA, last
-checkpoint age, whether a resume was verified. Updated in place, a cell only when its text or
-style changed, so the cursor and the scroll position survive every refresh."""
+"""The campaign's runs, one line per run id: state, progress, last loss and quality, ETA, last
+checkpoint age, whether a resume was verified.
+
+A line-based view in the manner of toolong's log view: a `ScrollView` that draws only the lines on
+screen (`render_line`), each from a cache keyed by what the row says. A tick repaints exactly the
+rows whose cells changed; the cursor and the scroll position survive every refresh, and the look
+is DataTable's (a fixed header, cells padded by one, the cursor row in the block-cursor style)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import ClassVar
 
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
+from textual import events
+from textual.binding import Binding, BindingType
 from textual.cache import LRUCache
-from textual.widgets import DataTable
+from textual.content import Content
+from textual.geometry import Region, Size
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from cockpit.common.text import escape_control
 from cockpit.live.snapshot import RunView
 from cockpit.tui import format as fmt
 
 Cell = tuple[str, str]  # (text, style name: "" for plain)
+Column = tuple[str, str, int]  # (key, label, ideal width)
 OPTIONAL_COLUMNS = ("role", "tier")  # the plan's words, shown when there is room
 MIN_RUN_WIDTH, MAX_RUN_WIDTH = 8, 24
+CELL_PADDING = 1
+CELL_STYLES = ("running", "muted", "warning", "bad", "good")  # a cell's style name → runs-table--NAME
 
 STATE_STYLES = {
     "running": "running",
@@ -32,8 +45,21 @@ STATE_STYLES = {
 }
 
 
-class RunsTable(DataTable):
-    COMPONENT_CLASSES: ClassVar[set[str]] = DataTable.COMPONENT_CLASSES | {
+class RunsTable(ScrollView, can_focus=True):
+    """One line per run under a fixed header; `show` takes the snapshot's runs."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("up", "cursor_up", "Cursor up", show=False),
+        Binding("down", "cursor_down", "Cursor down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "first", "First run", show=False),
+        Binding("end", "last", "Last run", show=False),
+    ]
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "runs-table--header",
+        "runs-table--cursor",
         "runs-table--running",
         "runs-table--muted",
         "runs-table--warning",
@@ -42,74 +68,115 @@ class RunsTable(DataTable):
     }
 
     DEFAULT_CSS = """
-    RunsTable > .runs-table--running { color: $success; text-style: bold; }
-    RunsTable > .runs-table--muted { color: $text-muted; }
-    RunsTable > .runs-table--warning { color: $warning; }
-    RunsTable > .runs-table--bad { color: $error; text-style: bold; }
-    RunsTable > .runs-table--good { color: $success; }
+    RunsTable {
+        background: $surface;
+        color: $foreground;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .runs-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: $block-cursor-text-style;
+            }
+            & > .runs-table--header { background-tint: $foreground 5%; }
+        }
+        & > .runs-table--header { text-style: bold; background: $panel; color: $foreground; }
+        &:ansi > .runs-table--header { background: ansi_bright_blue; color: ansi_default; }
+        & > .runs-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: $block-cursor-blurred-text-style;
+        }
+        & > .runs-table--running { color: $success; text-style: bold; }
+        & > .runs-table--muted { color: $text-muted; }
+        & > .runs-table--warning { color: $warning; }
+        & > .runs-table--bad { color: $error; text-style: bold; }
+        & > .runs-table--good { color: $success; }
+    }
     """
 
+    cursor_row: reactive[int] = reactive(0, always_update=False, repaint=False)
+
     def __init__(self, quality_label: str = "quality", *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False, cell_padding=1)
+        super().__init__(id=id)
         self._quality_label = quality_label
+        self._order: list[str] = []  # run ids, top to bottom
+        self._index: dict[str, int] = {}
         self._cells: dict[str, tuple[Cell, ...]] = {}  # every column's cell, shown or not
-        self._columns: list[tuple[str, str, int]] = []  # (key, label, ideal width) in display order
-        self._layout: tuple[int, bool] | None = None  # (run column width, role and tier shown)
-        # (row key, column key, index, style, width, highlight) → (the cell's value, its rendering)
-        self._cell_lines: LRUCache[tuple, tuple[object, object]] = LRUCache(4096)
-        self._foregrounds: dict[str, Style] = {}
         self._fixed_cells: dict[str, tuple[RunView, tuple[Cell, ...]]] = {}
-        self._rows_to_repaint: set[str] | None = None  # collected during show(), repainted once each
+        self._columns: list[Column] = []  # in display order, optional ones included
+        self._layout: tuple[int, bool] | None = None  # (run column width, role and tier shown)
+        self._shown: list[tuple[str, int, int]] = []  # (column key, index in the cells, width) on screen
+        # (row content, row index, cursor?, layout, width, base style) → the row's line
+        self._lines: LRUCache[tuple, Strip] = LRUCache(1024)
+        self._frames: dict[tuple, tuple] = {}  # the styles of a row's cells, by its place (see _frame)
+        self._labels: dict[str, str] = {}
+        self._styles: dict[tuple[str, bool], Style] = {}
+        self._foregrounds: dict[tuple[str, bool], Style] = {}
+        self._base: Style | None = None
 
-    def on_mount(self) -> None:
-        # Cell styles are resolved when a cell is written: a new theme rewrites every cell once.
-        self.app.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
+    # ------------------------------------------------------------------ what others read
 
-    def on_resize(self) -> None:
-        self._fit_columns()
+    @property
+    def row_count(self) -> int:
+        return len(self._order)
 
     @property
     def selected_run_id(self) -> str | None:
-        if self.row_count == 0:
-            return None
-        row_key, _ = self.coordinate_to_cell_key(self.cursor_coordinate)
-        return row_key.value
+        return self._order[self.cursor_row] if self._order else None
+
+    @property
+    def shown_columns(self) -> list[str]:
+        """The keys of the columns on screen, in order."""
+        return [key for key, _, _ in self._shown]
+
+    def column_width(self, key: str) -> int | None:
+        return next((width for shown, _, width in self._shown if shown == key), None)
+
+    def get_cell(self, run_id: str, key: str) -> Content:
+        """What the cell of run `run_id` in column `key` says."""
+        index = next(i for i, (column, _, _) in enumerate(self._columns) if column == key)
+        return Content(self._cells[run_id][index][0])
+
+    # ------------------------------------------------------------------ updates
 
     def show(self, runs: tuple[RunView, ...], now: datetime) -> None:
+        """The runs of a new snapshot: repaint the rows whose cells changed, nothing else."""
         if not self._columns:
             self._define_columns(runs)
         wanted = {run.id: _cells(run, now, self._fixed_cells) for run in runs}
-        for gone in [key for key in self._cells if key not in wanted]:
-            self.remove_row(gone)
-            del self._cells[gone]
-            self._fixed_cells.pop(gone, None)
-        if any(run.id not in self._cells for run in runs):  # a new run: its id may need a wider column
-            ideal = self._run_width_for(runs)
-            if ideal != self._columns[0][2]:
-                self._columns[0] = ("run", "run", ideal)
-                self._layout = None
-                self._fit_columns()
+        widen = any(run.id not in self._cells for run in runs)
         state_width = max([8] + [len(run.state) for run in runs])  # "unreadable" is the longest state
         if state_width > self._columns[1][2]:
             self._columns[1] = ("state", "state", state_width)
-            self._layout = None
-            self._fit_columns()
-        shown = self._shown_positions()
-        self._rows_to_repaint = set()
-        try:
-            for run_id, cells in wanted.items():
-                before = self._cells.get(run_id)
-                if before is None:
-                    self.add_row(*(self._text(cells[index]) for _, index in shown), key=run_id)
-                else:
-                    for key, index in shown:
-                        if cells[index] != before[index]:
-                            self.update_cell(run_id, key, self._text(cells[index]))
+            widen = True
+        if widen:  # a new run: its id may need a wider column
+            self._columns[0] = ("run", "run", self._run_width_for(runs))
+        order = list(wanted)
+        if order != self._order:
+            selected = self.selected_run_id
+            self._order = order
+            self._index = {run_id: index for index, run_id in enumerate(order)}
+            self._cells = wanted
+            for gone in [key for key in self._fixed_cells if key not in wanted]:
+                del self._fixed_cells[gone]
+            self._fit_columns(force=True)
+            self.cursor_row = self._index.get(selected, min(self.cursor_row, max(0, len(order) - 1)))  # type: ignore[arg-type]
+            self.refresh()
+            return
+        if widen and self._fit_columns():
+            self._cells = wanted
+            return
+        for run_id, cells in wanted.items():
+            if cells != self._cells[run_id]:
                 self._cells[run_id] = cells
-        finally:
-            rows, self._rows_to_repaint = self._rows_to_repaint, None
-        for run_id in rows:
-            self.refresh_row(self.get_row_index(run_id))
+                self.refresh_row(self._index[run_id])
+
+    def refresh_row(self, row: int) -> None:
+        """Repaint one run's line, when it is on screen (a scroll draws the others)."""
+        y = row + 1 - round(self.scroll_y)
+        if 1 <= y < self.size.height:
+            self.refresh(Region(0, y, self.size.width, 1))
 
     def _define_columns(self, runs: tuple[RunView, ...]) -> None:
         quality = self._quality_label
@@ -125,16 +192,16 @@ class RunsTable(DataTable):
             ("role", "role", 7),
             ("tier", "tier", 13),
         ]
-        self._fit_columns()
+        self._labels = {key: label for key, label, _ in self._columns}
 
     @staticmethod
-    def _run_width_for(runs) -> int:
+    def _run_width_for(runs: tuple[RunView, ...]) -> int:
         return min(MAX_RUN_WIDTH, max([3] + [len(escape_control(run.id)) for run in runs]))
 
     def _layout_for(self, width: int) -> tuple[int, bool]:
         """(width of the run column, whether role and tier are shown) for a table `width` wide:
         the progress columns first; long run ids are cut (with …) before they push those off."""
-        pad = 2 * self.cell_padding
+        pad = 2 * CELL_PADDING
         ideal_run = self._columns[0][2]
         core = sum(w + pad for key, _, w in self._columns[1:] if key not in OPTIONAL_COLUMNS)
         optional = sum(w + pad for key, _, w in self._columns if key in OPTIONAL_COLUMNS)
@@ -145,128 +212,174 @@ class RunsTable(DataTable):
         run_width = min(ideal_run, room - core - pad - (optional if show_optional else 0))
         return max(min(ideal_run, MIN_RUN_WIDTH), run_width), show_optional
 
-    def _fit_columns(self) -> None:
-        """Lay the columns out for the table's width. A change of layout (a resize across a
-        threshold) removes and re-adds the columns and refills their cells: the rows, their keys
-        and the cursor's row stay; the live updates never do this."""
+    def _fit_columns(self, *, force: bool = False) -> bool:
+        """Lay the columns out for the widget's width; True when the layout changed (everything is
+        repainted then). The virtual size is set only when it changes: no layout pass otherwise."""
         if not self._columns:
-            return
+            return False
         layout = self._layout_for(self.size.width)
-        if layout == self._layout:
-            return
+        if layout == self._layout and not force:
+            return False
         self._layout = layout
+        self._frames.clear()
         run_width, show_optional = layout
-        selected = self.selected_run_id
-        for column_key in list(self.columns):
-            self.remove_column(column_key)
-        for key, label, width in self._columns:
-            if key in OPTIONAL_COLUMNS and not show_optional:
-                continue
-            self.add_column(label, key=key, width=run_width if key == "run" else width, default=Text(""))
-        shown = self._shown_positions()
-        self._rows_to_repaint = set()
-        try:
-            for run_id, cells in self._cells.items():
-                for key, index in shown:
-                    self.update_cell(run_id, key, self._text(cells[index]))
-        finally:
-            self._rows_to_repaint = None
-        self.refresh()
-        if selected is not None and selected in self._cells:
-            self.move_cursor(row=self.get_row_index(selected))
-
-    def _shown_positions(self) -> list[tuple[str, int]]:
-        """(column key, index in the full cell tuple) for the columns on screen, in order."""
-        positions = {key: index for index, (key, _, _) in enumerate(self._columns)}
-        return [(column.key.value, positions[column.key.value]) for column in self.columns.values()]
-
-    def _text(self, cell: Cell) -> Text:
-        text, style = cell
-        if not style:
-            return Text(text, no_wrap=True, overflow="ellipsis", end="")
-        foreground = self._foregrounds.get(style)
-        if foreground is None:
-            # The full style blends "muted" colours against the table's background; only its
-            # foreground is kept, so the cursor row keeps its own background.
-            full = self.get_component_rich_style(f"runs-table--{style}")
-            foreground = Style(color=full.color, bold=full.bold, italic=full.italic, underline=full.underline)
-            self._foregrounds[style] = foreground
-        return Text(text, foreground, no_wrap=True, overflow="ellipsis", end="")
-
-    def _render_cell(self, row_index: int, column_index: int, base_style, width: int, cursor: bool = False, hover: bool = False):
-        """DataTable keys its render caches on one update counter, so any `update_cell` renders every
-        visible cell again. Here a cell's rendering is reused while its value is the very same object
-        (a changed cell gets a new Text) and its place, style, width and highlight are unchanged:
-        a tick that changes 30 cells renders 30 cells, not the whole screenful."""
-        if row_index < 0 or column_index < 0:
-            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        row_key = self._row_locations.get_key(row_index)
-        column_key = self._column_locations.get_key(column_index)
-        value = self._data[row_key].get(column_key)
-        key = (row_key, column_key, row_index, column_index, base_style, width, cursor, hover,
-               self._show_hover_cursor, self.show_cursor, self._pseudo_class_state)
-        cached = self._cell_lines.get(key)
-        if cached is not None:
-            if cached[0] is value:  # identity: the cache holds the value, so its id stays its own
-                return cached[1]
-            self._cell_lines.discard(key)  # Textual's LRUCache.set keeps an existing key's old value
-        if isinstance(value, Text) and not value.spans and "\n" not in value.plain and self.cell_padding >= 0:
-            lines = self._render_plain_cell(value, row_index, column_index, base_style, width, cursor, hover)
-        else:
-            lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        self._cell_lines[key] = (value, lines)
-        return lines
-
-    def _render_plain_cell(self, value: Text, row_index: int, column_index: int, base_style, width: int, cursor: bool, hover: bool):
-        """What DataTable's `_render_cell` draws for a one-line, one-style Text (padding, text cut
-        with an ellipsis, fill), without Rich's general layout machinery: the same segments."""
-        fixed = row_index < self.fixed_rows or column_index < self.fixed_columns
-        component_style, post_style = self._get_styles_to_render_cell(
-            False, False, fixed, hover, cursor, self.show_cursor, self._show_hover_cursor,
-            self.cursor_foreground_priority == "css", self.cursor_background_priority == "css",
-        )
-        pre_style = base_style + Style.from_meta({"row": row_index, "column": column_index}) + component_style
-        padding = " " * self.cell_padding
-        inner = max(0, width - 2 * self.cell_padding)
-        text = value
-        if text.cell_len > inner:
-            text = value.copy()
-            text.truncate(inner, overflow="ellipsis")
-        segments = [
-            Segment(padding),
-            Segment(text.plain, text.style if isinstance(text.style, Style) else self.app.console.get_style(text.style)),
-            Segment(" " * (inner - text.cell_len) + padding),
+        self._shown = [
+            (key, index, run_width if key == "run" else width)
+            for index, (key, _, width) in enumerate(self._columns)
+            if show_optional or key not in OPTIONAL_COLUMNS
         ]
-        return [list(Segment.apply_style([s for s in segments if s.text], pre_style, post_style))]
+        size = Size(sum(width + 2 * CELL_PADDING for _, _, width in self._shown), len(self._order) + 1)
+        if size != self.virtual_size:
+            self.virtual_size = size
+        self.refresh()
+        return True
+
+    # ------------------------------------------------------------------ the cursor
+
+    def validate_cursor_row(self, row: int) -> int:
+        return max(0, min(row, len(self._order) - 1))
+
+    def watch_cursor_row(self, before: int, after: int) -> None:
+        self.refresh_row(before)
+        self.refresh_row(after)
+        self._scroll_cursor_into_view()
+
+    def _scroll_cursor_into_view(self) -> None:
+        rows_on_screen = max(1, self.size.height - 1)  # under the header
+        top = round(self.scroll_y)
+        if self.cursor_row < top:
+            self.scroll_to(y=self.cursor_row, animate=False, force=True)
+        elif self.cursor_row >= top + rows_on_screen:
+            self.scroll_to(y=self.cursor_row - rows_on_screen + 1, animate=False, force=True)
+
+    def action_cursor_up(self) -> None:
+        self.cursor_row -= 1
+
+    def action_cursor_down(self) -> None:
+        self.cursor_row += 1
+
+    def action_page_up(self) -> None:
+        self.cursor_row -= max(1, self.size.height - 1)
+
+    def action_page_down(self) -> None:
+        self.cursor_row += max(1, self.size.height - 1)
+
+    def action_first(self) -> None:
+        self.cursor_row = 0
+
+    def action_last(self) -> None:
+        self.cursor_row = len(self._order) - 1
+
+    def on_click(self, event: events.Click) -> None:
+        row = event.style.meta.get("row")
+        if isinstance(row, int) and row >= 0:
+            self.cursor_row = row
+
+    # ------------------------------------------------------------------ drawing
+
+    def on_resize(self) -> None:
+        self._fit_columns()
+        self._scroll_cursor_into_view()
 
     def notify_style_update(self) -> None:
-        self._cell_lines.clear()
+        self._lines.clear()  # a new theme, or the focus moved: component styles changed
+        self._frames.clear()
+        self._styles.clear()
         self._foregrounds.clear()
         super().notify_style_update()
 
-    def update_cell(self, row_key, column_key, value, *, update_width: bool = False) -> None:
-        """DataTable's update_cell, repainting only the row it changed (DataTable repaints the whole
-        table, scrollbars included, for one cell)."""
-        self._row_repaint = True
+    def _component(self, name: str) -> Style:
+        key = (name, self.has_focus)
+        style = self._styles.get(key)
+        if style is None:
+            style = self._styles[key] = self.get_component_rich_style(f"runs-table--{name}")
+        return style
+
+    def _foreground(self, name: str) -> Style:
+        """Only a cell style's foreground: the cursor row keeps its own background."""
+        key = (name, self.has_focus)
+        style = self._foregrounds.get(key)
+        if style is None:
+            full = self._component(name)
+            style = self._foregrounds[key] = Style(color=full.color, bold=full.bold, italic=full.italic, underline=full.underline)
+        return style
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = self.rich_style  # once a frame, not once a line
         try:
-            super().update_cell(row_key, column_key, value, update_width=update_width)
+            return super().render_lines(crop)
         finally:
-            self._row_repaint = False
-        if self._rows_to_repaint is not None:
-            self._rows_to_repaint.add(getattr(row_key, "value", row_key))
-        else:
-            self.refresh_row(self.get_row_index(row_key))
+            self._base = None
 
-    def refresh(self, *regions, repaint: bool = True, layout: bool = False, recompose: bool = False):
-        if getattr(self, "_row_repaint", False) and not regions and not layout and not recompose:
-            return self  # update_cell's whole-table repaint, replaced by refresh_row above
-        return super().refresh(*regions, repaint=repaint, layout=layout, recompose=recompose)
+    def render_line(self, y: int) -> Strip:
+        base = self._base if self._base is not None else self.rich_style
+        width = self.size.width
+        if y == 0:
+            return self._line(-1, None, base, width)
+        row = y - 1 + round(self.scroll_y)
+        if not self._shown or row >= len(self._order):
+            return Strip.blank(width, base)
+        return self._line(row, self._cells[self._order[row]], base, width)
 
-    def _restyle(self) -> None:
-        for run_id, cells in self._cells.items():
-            for key, index in self._shown_positions():
-                if cells[index][1]:
-                    self.update_cell(run_id, key, self._text(cells[index]))
+    def _line(self, row: int, cells: tuple[Cell, ...] | None, base: Style, width: int) -> Strip:
+        cursor = row == self.cursor_row and row >= 0
+        key = (cells, row, cursor, self._layout, width, base, self.has_focus)
+        strip = self._lines.get(key)
+        if strip is None:
+            strip = self._lines[key] = self._render_row(row, cells, base, width, cursor)
+        return strip
+
+    def _render_row(self, row: int, cells: tuple[Cell, ...] | None, base: Style, width: int, cursor: bool) -> Strip:
+        """The row as DataTable draws it: each cell padded by one, its text cut with an ellipsis,
+        the header's or the cursor's style over the row's; the rest of the width filled."""
+        frame = self._frame(row, base, cursor)
+        padding = " " * CELL_PADDING
+        segments: list[Segment] = []
+        append = segments.append
+        for (key, index, cell_width), (pad_style, text_styles) in zip(self._shown, frame[0]):
+            if cells is None:
+                text, name = self._labels[key], ""
+            else:
+                text, name = cells[index]
+            length = cell_len(text)
+            if length > cell_width:
+                text = set_cell_size(text, max(0, cell_width - 1)) + "…"
+                length = cell_width
+            fill = " " * (cell_width - length) + padding
+            if not name:  # one style for the whole cell
+                append(Segment(padding + text + fill, pad_style))
+            else:
+                append(Segment(padding, pad_style))
+                if text:
+                    append(Segment(text, text_styles[name]))
+                append(Segment(fill, pad_style))
+        table_width = frame[2]
+        if width > table_width:
+            append(Segment(" " * (width - table_width), frame[1]))
+        strip = Strip(segments).adjust_cell_length(width, base).simplify()
+        scroll_x = round(self.scroll_x)
+        return strip.crop(scroll_x, scroll_x + width) if scroll_x else strip
+
+    def _frame(self, row: int, base: Style, cursor: bool) -> tuple:
+        """The styles of one row's cells, which depend on its place and the cursor, not on what
+        it says: ((the cell's style, its text's style by cell style name) per shown column, the
+        fill's style, the table's width). Kept per row until the styles or the columns change."""
+        key = (row, base, cursor, self._layout, self.has_focus)
+        frame = self._frames.get(key)
+        if frame is not None:
+            return frame
+        row_style = self._component("header") if row < 0 else base
+        component = self._component("cursor") if cursor else Style()
+        post = Style.from_color(color=component.color) + Style.from_color(bgcolor=component.bgcolor) if cursor else Style()
+        columns = []
+        for column in range(len(self._shown)):
+            pre = row_style + Style.from_meta({"row": row, "column": column}) + component
+            columns.append((pre + post, {name: pre + self._foreground(name) + post for name in CELL_STYLES}))
+        table_width = sum(w + 2 * CELL_PADDING for _, _, w in self._shown)
+        extend = row_style + component + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
+        frame = (tuple(columns), extend, table_width)
+        self._frames[key] = frame
+        return frame
 
 
 def _cells(run: RunView, now: datetime, memo: dict[str, tuple[RunView, tuple[Cell, ...]]]) -> tuple[Cell, ...]:

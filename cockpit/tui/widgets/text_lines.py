@@ -29,6 +29,7 @@ class TextLines(Widget):
         self._built_width = -1
         self._styles: dict[str, Style] = {}
         self._stale = False  # lines changed while out of view, not repainted yet
+        self._base: Style | None = None  # the widget's style during one frame's render_lines
 
     # -- for subclasses
 
@@ -43,6 +44,11 @@ class TextLines(Widget):
         """The content as lines for `width` cells (each line is cropped to it)."""
         raise NotImplementedError
 
+    def line_count(self) -> int | None:
+        """How many lines `build_lines` will return, when the subclass can tell without building
+        them (None: it cannot). Lets a widget out of view skip building lines nobody sees."""
+        return None
+
     def update_lines(self, *, repaint: bool = True) -> None:
         """Rebuild the lines from the subclass's state and repaint the ones that differ.
 
@@ -53,6 +59,11 @@ class TextLines(Widget):
         if width <= 0:  # not laid out yet: the first render builds them
             self._built_width = -1
             self.refresh()
+            return
+        if not repaint and self._lines and self.line_count() == len(self._lines):
+            self._built_width = -1  # out of view, same height: built when it is drawn again
+            self._strips.clear()
+            self._stale = True
             return
         lines = self.build_lines(width)
         before = self._lines
@@ -96,6 +107,13 @@ class TextLines(Widget):
         self._built_width = -1
         super().notify_style_update()
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._base = self.rich_style  # once a frame, not once a line
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base = None
+
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if width != self._built_width:
@@ -104,7 +122,7 @@ class TextLines(Widget):
             self._strips.clear()
         strip = self._strips.get(y)
         if strip is None:
-            base = self.rich_style
+            base = self._base if self._base is not None else self.rich_style
             if y < len(self._lines):
                 line = self._lines[y]
                 if line.cell_len > width:
