@@ -21,6 +21,8 @@ MAX_POINTS = 1000  # per series, whatever the run's length
 # at most 3 points a bucket, plus the series' last point.
 MAX_BUCKETS = (MAX_POINTS - 1) // 3
 MAX_MARKS = 200  # the newest events and decisions kept per run (counts are kept for all)
+RATE_SAMPLES = 12  # (ts, step) samples kept for the recent step rate, RATE_SPACING_S apart
+RATE_SPACING_S = 30.0
 CLOCK_SPACING_S = 60.0  # the clock is sampled at most this often at first; the spacing doubles as the lot goes on
 SERIES_VERSION = 1
 
@@ -212,6 +214,7 @@ class RunSeriesView:
     counts: Mapping[str, int]  # metric name → values read
     marks: tuple[Mark, ...]  # stream events and run-log decisions, oldest first (the newest MAX_MARKS)
     mark_counts: Mapping[str, int] = field(default_factory=dict)
+    steps_per_hour: float | None = None  # over the last few minutes of metric lines
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,7 @@ class RunSeries:
         self.stream_counts: dict[str, int] = {}
         self.log_marks: deque[Mark] = deque(maxlen=MAX_MARKS)  # rebuilt from the run log at each start
         self.log_counts: dict[str, int] = {}
+        self.rate: deque[tuple[float, int]] = deque(maxlen=RATE_SAMPLES)
         self.version = 0
         self._view: tuple[int, RunSeriesView] | None = None
 
@@ -261,6 +265,7 @@ class RunSeries:
         self.last_step = None
         self.stream_marks.clear()
         self.stream_counts = {}
+        self.rate.clear()
         self.version += 1
 
     def take(self, record: dict, line: int) -> None:
@@ -274,6 +279,13 @@ class RunSeries:
             if type(step) is not int:
                 return
             self.last_step = step
+            ts = record.get("ts")
+            if type(ts) is float or type(ts) is int:
+                rate = self.rate
+                if rate and (step < rate[-1][1] or ts < rate[-1][0]):
+                    rate.clear()  # a resume to an earlier step, or time going back: measure afresh
+                if not rate or ts - rate[-1][0] >= RATE_SPACING_S:
+                    rate.append((float(ts), step))
             for name, series in self.series.items():
                 value = record.get(name)
                 kind = type(value)
@@ -321,13 +333,21 @@ class RunSeries:
             counts={name: series.count for name, series in self.series.items()},
             marks=tuple(marks),
             mark_counts={**self.stream_counts, **self.log_counts},
+            steps_per_hour=self._steps_per_hour(),
         )
         self._view = (self.version, view)
         return view
 
+    def _steps_per_hour(self) -> float | None:
+        if len(self.rate) < 2 or self.last_step is None:
+            return None
+        (first_ts, first_step), (last_ts, last_step) = self.rate[0], self.rate[-1]
+        return (last_step - first_step) * 3600.0 / (last_ts - first_ts) if last_ts > first_ts else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "lines": self.lines,
+            "rate": [list(item) for item in self.rate],
             "last_step": self.last_step,
             "series": {name: series.to_dict() for name, series in self.series.items()},
             "marks": [[m.kind, m.step, m.ts, m.text] for m in self.stream_marks],
@@ -349,6 +369,7 @@ class RunSeries:
                               float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None, str(text)))
         counts = {str(k): int(v) for k, v in (data.get("counts") or {}).items()}
         last_step = data.get("last_step")
+        self.rate = deque(((float(ts), _step(step)) for ts, step in data.get("rate", [])), maxlen=RATE_SAMPLES)
         self.series, self.lines, self.stream_marks, self.stream_counts = series, lines, marks, counts
         self.last_step = last_step if type(last_step) is int else None
         self.version += 1

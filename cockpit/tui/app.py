@@ -38,6 +38,7 @@ from cockpit.plan.campaign import Campaign
 from cockpit.record import decisions
 from cockpit.record.runlog import RunLog, RunLogError
 from cockpit.tui import format as fmt
+from cockpit.tui.charts import CHART_BINDINGS, ChartKeys  # charts (issue 20)
 from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed
 from cockpit.tui.screens import (
     ConfirmScreen,
@@ -78,7 +79,7 @@ THEME_VARIABLE_DEFAULTS = {
 }
 
 
-class CockpitApp(App[None]):
+class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
     """The cockpit on one campaign, fed by a `SnapshotSource` (the engine, or a fake in tests)."""
 
     CSS_PATH = "cockpit.tcss"
@@ -96,6 +97,7 @@ class CockpitApp(App[None]):
         Binding("t", "cycle_theme", "Theme", id="theme", tooltip="next theme (dark, light, mono, then yours)"),
         Binding("question_mark", "help", "Help", id="help", key_display="?", tooltip="this list"),
         Binding("q", "quit", "Quit", id="quit", priority=True, tooltip="leave the cockpit (the runs go on)"),
+        *CHART_BINDINGS,  # charts (issue 20)
     ]
 
     def __init__(
@@ -310,6 +312,7 @@ class CockpitApp(App[None]):
             self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)
             self._runs.show(snapshot.runs, now)
             self._alerts.show(snapshot.alerts, snapshot.notices, now, self._acknowledged)
+        self.show_on_chart_screen(snapshot)  # charts (issue 20)
         self._announce_new_alerts(snapshot.alerts)
         if first:
             self.call_after_refresh(self._first_frame_painted)
