@@ -76,7 +76,7 @@ def test_close_exits_0_when_every_deliverable_is_accepted(tmp_path):
     assert "23.57 USD  (47.14 / 2)" in result.stdout
     assert result.stderr == ""
     assert sorted(p.name for p in (camp / "closing").iterdir()) == [
-        "RELOAD.md", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"
+        "RELOAD.md", "charts", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"  # charts/: issue 20
     ]
 
 

@@ -607,7 +607,7 @@ def test_the_closing_folder_and_closing_twice(tmp_path):
     first = close_campaign(camp, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
     folder = camp / "closing"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["RELOAD.md", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"]
+    assert names == ["RELOAD.md", "charts", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"]  # charts/: issue 20
     summary = json.loads((folder / "summary.json").read_text())
     assert summary == first.summary and first.exit_code == 1
     assert (folder / "plan.toml").read_text() == (camp / ".cockpit" / "plan.toml").read_text()

@@ -233,7 +233,7 @@ def _compare_notes(snapshot: Snapshot, closing) -> str:
 
 CHART_BINDINGS = [
     # Not in the main footer (it is full at 80 columns); `?` lists them.
-    Binding("enter", "run_detail", "Run detail", id="run_detail", show=False,
+    Binding("enter", "run_detail", "Run detail", id="run_detail", show=False, key_display="Enter",
             tooltip="the selected run's loss and closing metric against step, its events and figures ([ ] other runs, Esc back)"),
     Binding("c", "compare", "Compare", id="compare", show=False,
             tooltip="the closing metric of the control and every variant against the campaign's threshold"),
