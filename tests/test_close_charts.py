@@ -1,4 +1,4 @@
-"""`cockpit close` writes the screens' three charts into closing/charts/ as SVG files (well-formed
+"""`cockpit close` writes the screens' three charts into closing/ as SVG files (chart-*.svg ; well-formed
 XML, drawn by hand), linked from report.md; the series come from what `.cockpit/` saved, brought up
 to date from each stream's new bytes (issue 20)."""
 
@@ -37,22 +37,22 @@ def test_close_writes_the_three_charts_as_svg_linked_from_the_report(tmp_path):
     _curve(camp, "v-r16", 1500, 0.83, nan_at=1200)
     result = close(camp, temp=tmp_path / "volatile")
     assert result.returncode in (0, 1), result.stderr
-    charts = camp / "closing" / "charts"
-    names = sorted(p.name for p in charts.iterdir())
-    assert "compare.svg" in names and "burndown.svg" in names and "run-ctrl-r1.svg" in names and "run-v-r16.svg" in names
+    charts = camp / "closing"
+    names = sorted(p.name for p in charts.glob("*.svg"))
+    assert names == ["chart-burndown.svg", "chart-compare.svg", "chart-run-ctrl-r1.svg", "chart-run-v-r16.svg"]
     report = (camp / "closing" / "report.md").read_text()
     assert "## Charts" in report
-    linked = set(re.findall(r"\(charts/([^)]+\.svg)\)", report))
+    linked = set(re.findall(r"\((chart-[^)]+\.svg)\)", report))
     assert linked == set(names)  # every file linked, nothing linked that is not there
     assert report.index("## Charts") < report.index("\n---\n")  # before the footer
     for name in names:
         root = ElementTree.parse(charts / name).getroot()  # well-formed XML
         assert root.tag == f"{SVG}svg" and root.find(f"{SVG}title") is not None
-    compare = ElementTree.parse(charts / "compare.svg").getroot()
+    compare = ElementTree.parse(charts / "chart-compare.svg").getroot()
     assert len(compare.findall(f"{SVG}polyline")) >= 2  # a line per run that reported the metric
     texts = [t.text for t in compare.iter(f"{SVG}text")]
     assert "threshold 0.8 (at least)" in texts
-    run = ElementTree.parse(charts / "run-v-r16.svg").getroot()
+    run = ElementTree.parse(charts / "chart-run-v-r16.svg").getroot()
     assert "×" in [t.text for t in run.iter(f"{SVG}text")]  # the NaN marker
     for text in run.iter(f"{SVG}text"):
         assert "\x1b" not in (text.text or "")
@@ -63,7 +63,7 @@ def test_closing_again_writes_the_same_charts(tmp_path):
     write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
     _curve(camp, "ctrl-r1", 800, 0.7)
     close(camp, temp=tmp_path / "volatile")
-    first = {p.name: p.read_bytes() for p in (camp / "closing" / "charts").iterdir()}
+    first = {p.name: p.read_bytes() for p in (camp / "closing").glob("chart-*.svg")}
     close(camp, temp=tmp_path / "volatile")
-    again = {p.name: p.read_bytes() for p in (camp / "closing" / "charts").iterdir()}
+    again = {p.name: p.read_bytes() for p in (camp / "closing").glob("chart-*.svg")}
     assert first == again

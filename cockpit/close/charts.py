@@ -1,6 +1,6 @@
 """The closing folder's pictures: the same three charts the screens show (each run's loss and
 closing metric against step, the comparison with the threshold, the lot's burn-down), written by
-hand as small SVG files in `closing/charts/` and linked from report.md. No plotting library: the
+hand as small SVG files in `closing/` (chart-*.svg) and linked from report.md. No plotting library: the
 series are already downsampled (at most 1,000 points a line), so each file stays small."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from cockpit.common.layout import DIR_MODE, FILE_MODE
+from cockpit.common.layout import FILE_MODE
 from cockpit.common.text import escape_control
 from cockpit.live.chart_data import ChartData, burndown_chart, compare_chart, run_chart
 from cockpit.live.series import SeriesView, nice_ticks, series_of, tick_text
 from cockpit.plan.schedule import schedule
 
-CHARTS_DIR = "charts"  # inside closing/
+PREFIX = "chart-"  # closing/chart-compare.svg, chart-burndown.svg, chart-run-<id>.svg
 WIDTH, PANEL_HEIGHT = 760, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 34, 46
 LEGEND_ROW = 16
@@ -182,42 +182,43 @@ def chart_files(campaign, series: SeriesView | None = None) -> dict[str, str]:
     files: dict[str, str] = {}
     for run in campaign.runs:
         view = series.run(run.id)
-        files[f"run-{run.id}.svg"] = svg([run_chart(campaign, run.id, view, metric) for metric in metrics], f"{run.id}: {', '.join(metrics)} against step")
+        files[f"{PREFIX}run-{run.id}.svg"] = svg([run_chart(campaign, run.id, view, metric) for metric in metrics], f"{run.id}: {', '.join(metrics)} against step")
     compare = compare_chart(campaign, series)
-    files["compare.svg"] = svg([compare], compare.title)
+    files[f"{PREFIX}compare.svg"] = svg([compare], compare.title)
     planned = schedule(campaign.items, campaign.lot.gpu_count, campaign.model.calendar.retrieval_hours)
     burndown = burndown_chart(campaign, planned, series)
-    files["burndown.svg"] = svg([burndown], burndown.title, burndown.notes)
+    files[f"{PREFIX}burndown.svg"] = svg([burndown], burndown.title, burndown.notes)
     return files
 
 
 def report_section(names: Sequence[str]) -> list[str]:
     """report.md's charts section: each file linked, as the screens showed it."""
-    lines = ["## Charts", "", f"The screens' charts, as SVG files in {CHARTS_DIR}/ (drawn from the cockpit's downsampled series).", ""]
-    labels = {"compare.svg": "The closing metric of every run against the threshold",
-              "burndown.svg": "Burn-down: committed hours remaining against the time left in the lot"}
+    lines = ["## Charts", "", "The screens' charts, as SVG files in this folder (drawn from the cockpit's downsampled series).", ""]
+    labels = {f"{PREFIX}compare.svg": "The closing metric of every run against the threshold",
+              f"{PREFIX}burndown.svg": "Burn-down: committed hours remaining against the time left in the lot"}
     for name in names:
-        label = labels.get(name) or f"Run {name[4:-4]}: loss and the closing metric against step"
-        lines.append(f"- {label}: [{CHARTS_DIR}/{name}]({CHARTS_DIR}/{name})")
+        label = labels.get(name) or f"Run {name[len(PREFIX) + 4:-4]}: loss and the closing metric against step"
+        lines.append(f"- {label}: [{name}]({name})")
     lines.append("")
-    for name in ("compare.svg", "burndown.svg"):
+    for name in labels:
         if name in names:
-            lines += [f"![{labels[name]}]({CHARTS_DIR}/{name})", ""]
+            lines += [f"![{labels[name]}]({name})", ""]
     return lines
 
 
 def with_charts(folder: Path, campaign, report: str) -> str:
-    """Write closing/charts/*.svg and return report.md with its charts section (before the
+    """Write closing/chart-*.svg and return report.md with its charts section (before the
     footer). A chart that cannot be drawn is said in the report; it never stops the closing."""
     try:
         files = chart_files(campaign)
     except Exception as error:  # the pictures are a view: the verified closing stands without them
         section = ["## Charts", "", f"The charts could not be drawn ({type(error).__name__}: {str(error)[:200]}).", ""]
     else:
-        target = folder / CHARTS_DIR
-        target.mkdir(mode=DIR_MODE, exist_ok=True)
+        for stale in folder.glob(f"{PREFIX}*.svg"):  # a run no longer in the campaign leaves no old picture
+            if stale.name not in files:
+                stale.unlink(missing_ok=True)
         for name, text in files.items():
-            _write(target / name, text.encode("utf-8"))
+            _write(folder / name, text.encode("utf-8"))
         section = report_section(list(files))
     marker = "\n---\n"
     head, found, tail = report.rpartition(marker)

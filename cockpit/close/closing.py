@@ -2065,7 +2065,7 @@ def stop_cause(stop: Mapping[str, Any], *, label_reason: bool = False) -> str:
 def _write_folder(folder: Path, closing: Closing, runlog_bytes: bytes) -> None:
     folder.mkdir(mode=DIR_MODE, exist_ok=True)
     _write_atomic(folder / "summary.json", summary_json(closing.summary).encode("utf-8"))
-    from cockpit.close.charts import with_charts  # charts (issue 20): closing/charts/*.svg, linked from report.md
+    from cockpit.close.charts import with_charts  # charts (issue 20): closing/chart-*.svg, linked from report.md
 
     _write_atomic(folder / "report.md", with_charts(folder, closing.campaign, closing.report_markdown).encode("utf-8"))
     _write_atomic(folder / "RELOAD.md", closing.reload_markdown.encode("utf-8"))
