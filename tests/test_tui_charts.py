@@ -72,7 +72,7 @@ async def test_enter_opens_the_selected_run_brackets_move_and_escape_goes_back(s
         assert app.screen.run_id == "v-r16"
         await pilot.press("right_square_bracket")
         assert app.screen.run_id == "v-r64"
-        loss = app.screen.query_one("#run-chart-0", Chart).data
+        loss = app.screen.query_one("#run-charts", Chart).data
         assert loss.title == "v-r64: loss"
         assert [m.kind for m in loss.marks if m.kind == "nan"] and [m.label for m in loss.markers] == ["stop nan-loss"]
         await pilot.press("right_square_bracket")
@@ -144,7 +144,7 @@ async def test_demo_enter_on_v_hot_lr_shows_the_nan_and_the_stop_c_compares_b_bu
         await pilot.press("down", "enter")
         await until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
         assert app.screen.run_id == "v-hot-lr"
-        loss = app.screen.query_one("#run-chart-0", Chart)
+        loss = app.screen.query_one("#run-charts", Chart)
         data = loss.data
         line = data.lines[0]
         nans = [m for m in data.marks if m.kind == "nan"]

@@ -11,9 +11,8 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from cockpit.common.text import escape_control
 from cockpit.live.chart_data import burndown_chart, compare_chart, run_chart
@@ -30,14 +29,13 @@ _BACK = Binding("escape", "back", "Back", id="charts.back", tooltip="back to the
 CSS = """
 ChartScreen { layout: vertical; }
 ChartScreen > #chart-title { height: 1; padding: 0 1; text-style: bold; }
-ChartScreen #run-charts { height: 1fr; min-height: 8; }
-ChartScreen #run-charts > Chart { width: 1fr; height: 1fr; }
-ChartScreen #run-charts > #run-chart-1 { margin-left: 1; }
-ChartScreen #run-figures { height: auto; max-height: 2; padding: 0 1; }
-ChartScreen #run-events { height: 6; padding: 0 1; overflow-y: hidden; text-wrap: nowrap; text-overflow: ellipsis; }
-ChartScreen.-tall #run-events { height: 12; }
+ChartScreen > #run-charts { height: 1fr; min-height: 8; }
+ChartScreen > #run-text { height: 7; padding: 0 1; overflow-y: hidden; text-wrap: nowrap; text-overflow: ellipsis; }
+ChartScreen.-tall > #run-text { height: 13; }
 ChartScreen > Chart { height: 1fr; }
 ChartScreen > #chart-notes { height: auto; max-height: 3; padding: 0 1; color: $text-muted; }
+ChartScreen > #chart-keys { height: 1; padding: 0 1; background: $panel; color: $text; }
+.-monochrome ChartScreen > #chart-keys { text-style: reverse; }
 """
 
 
@@ -52,13 +50,15 @@ class ChartScreen(Screen[None]):
         self.campaign = app_campaign
         self.snapshot = snapshot
 
+    KEYS_HINT = "Esc back · c compare · b burn-down · q quit"
+
     def on_mount(self) -> None:
-        self.set_class(self.app.size.height >= 32, "-tall")
         if self.snapshot is not None:
             self.show(self.snapshot)
 
-    def on_resize(self) -> None:
-        self.set_class(self.app.size.height >= 32, "-tall")
+    def _keys(self) -> Static:
+        # One line of keys, not a Footer: a Footer is a widget per key, and this screen must open fast
+        return Static(self.KEYS_HINT, id="chart-keys", markup=False)
 
     def show(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -77,6 +77,8 @@ class RunDetailScreen(ChartScreen):
         Binding("right_square_bracket", "next", "Next run", id="charts.next", key_display="]", tooltip="the next run"),
     ]
 
+    KEYS_HINT = "Esc back · [ ] previous/next run · c compare · b burn-down · q quit"
+
     def __init__(self, campaign: Any, snapshot: Snapshot | None, run_id: str) -> None:
         super().__init__(campaign, snapshot)
         self.run_ids = [run.id for run in campaign.runs]
@@ -86,19 +88,15 @@ class RunDetailScreen(ChartScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="chart-title", markup=False)
-        with Horizontal(id="run-charts"):
-            for index, _ in enumerate(self.metrics):
-                yield Chart(id=f"run-chart-{index}")
-        yield Static(id="run-figures", markup=False)
-        yield Static(id="run-events", markup=False)
-        yield Footer()
+        yield Chart(id="run-charts")
+        yield Static(id="run-text", markup=False)
+        yield self._keys()
 
     def show(self, snapshot: Snapshot) -> None:
         super().show(snapshot)
         run = snapshot.run(self.run_id)
         series = snapshot.series.run(self.run_id) if snapshot.series is not None else None
-        for index, metric in enumerate(self.metrics):
-            self.query_one(f"#run-chart-{index}", Chart).show(run_chart(self.campaign, self.run_id, series, metric))
+        self.query_one("#run-charts", Chart).show(*(run_chart(self.campaign, self.run_id, series, metric) for metric in self.metrics))
         position = f"{self.run_ids.index(self.run_id) + 1}/{len(self.run_ids)}"
         title = f"{self.run_id}"
         if run is not None:
@@ -106,8 +104,7 @@ class RunDetailScreen(ChartScreen):
             if run.stop_reason:
                 title += f"  stopped: {run.stop_reason}"
         self.query_one("#chart-title", Static).update(_one_line(f"{title}  (run {position})"))
-        self.query_one("#run-figures", Static).update(Text(_figures(run, series, snapshot.clock.now), overflow="fold"))
-        self.query_one("#run-events", Static).update(_events(series))
+        self.query_one("#run-text", Static).update(Text("\n").join([_one_line(_figures(run, series, snapshot.clock.now)), _events(series)]))
 
     def _move(self, by: int) -> None:
         index = (self.run_ids.index(self.run_id) + by) % len(self.run_ids)
@@ -129,7 +126,7 @@ class CompareScreen(ChartScreen):
         yield Static(id="chart-title", markup=False)
         yield Chart(id="compare-chart")
         yield Static(id="chart-notes", markup=False)
-        yield Footer()
+        yield self._keys()
 
     def show(self, snapshot: Snapshot) -> None:
         super().show(snapshot)
@@ -151,7 +148,7 @@ class BurndownScreen(ChartScreen):
         yield Static(id="chart-title", markup=False)
         yield Chart(id="burndown-chart")
         yield Static(id="chart-notes", markup=False)
-        yield Footer()
+        yield self._keys()
 
     def show(self, snapshot: Snapshot) -> None:
         super().show(snapshot)
@@ -245,10 +242,18 @@ CHART_BINDINGS = [
 class ChartKeys:
     """The keys that open the chart screens, mixed into the cockpit's app."""
 
-    def _open_chart(self, screen: ChartScreen) -> None:
+    def _open_chart(self, name: str, make, run_id: str | None = None) -> None:
+        """Each chart screen is made once and kept (installed): opening it again only shows it."""
         if isinstance(self.screen, ChartScreen):  # type: ignore[attr-defined]
             self.pop_screen()  # type: ignore[attr-defined]
-        self.push_screen(screen)  # type: ignore[attr-defined]
+        if not self.is_screen_installed(name):  # type: ignore[attr-defined]
+            self.install_screen(make(), name)  # type: ignore[attr-defined]
+        screen = self.get_screen(name)  # type: ignore[attr-defined]
+        if run_id is not None:
+            screen.run_id = run_id
+        if screen.is_mounted and self.snapshot is not None:  # type: ignore[attr-defined]
+            screen.show(self.snapshot)  # type: ignore[attr-defined]
+        self.push_screen(name)  # type: ignore[attr-defined]
 
     def action_run_detail(self) -> None:
         if self._modal_open():  # type: ignore[attr-defined]
@@ -257,7 +262,7 @@ class ChartKeys:
         if run_id is None and self.campaign.runs:  # type: ignore[attr-defined]
             run_id = self.campaign.runs[0].id  # type: ignore[attr-defined]
         if run_id is not None:
-            self._open_chart(RunDetailScreen(self.campaign, self.snapshot, run_id))  # type: ignore[attr-defined]
+            self._open_chart("run-detail", lambda: RunDetailScreen(self.campaign, self.snapshot, run_id), run_id)  # type: ignore[attr-defined]
 
     def on_data_table_row_selected(self, message: Any) -> None:
         """Enter on the runs table (the table takes the key itself) opens the run's detail."""
@@ -266,14 +271,14 @@ class ChartKeys:
 
     def action_compare(self) -> None:
         if not self._modal_open():  # type: ignore[attr-defined]
-            self._open_chart(CompareScreen(self.campaign, self.snapshot))  # type: ignore[attr-defined]
+            self._open_chart("compare", lambda: CompareScreen(self.campaign, self.snapshot))  # type: ignore[attr-defined]
 
     def action_burndown(self) -> None:
         if not self._modal_open():  # type: ignore[attr-defined]
-            self._open_chart(BurndownScreen(self.campaign, self.snapshot))  # type: ignore[attr-defined]
+            self._open_chart("burndown", lambda: BurndownScreen(self.campaign, self.snapshot))  # type: ignore[attr-defined]
 
     def show_on_chart_screen(self, snapshot: Snapshot) -> None:
         """A new snapshot reaches an open chart screen too (each chart redraws only if it changed)."""
-        for screen in self.screen_stack:  # type: ignore[attr-defined]
-            if isinstance(screen, ChartScreen) and screen.is_mounted:
-                screen.show(snapshot)
+        screen = self.screen  # type: ignore[attr-defined]
+        if isinstance(screen, ChartScreen) and screen.is_mounted:  # a kept screen out of view is brought up to date when shown
+            screen.show(snapshot)
