@@ -155,3 +155,37 @@ def test_a_replaced_stream_starts_its_series_again():
         feed({"step": line, "loss": 1.0}, line, None)
     feed({"step": 1, "loss": 5.0}, 1, None)  # line 1 again: the file was read afresh
     assert store.view().run("r").points["loss"] == ((1, 5.0),)
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs(), st.lists(st.integers(min_value=1, max_value=400), max_size=8))
+def test_points_seen_between_additions_are_the_points_of_the_whole(case, pauses):
+    """The view is kept between ticks (only the open bucket is recomputed): looking at the
+    series now and then while it grows gives what looking once at the end gives."""
+    points, max_points = case
+    watched, fresh = Downsampled(max_points), Downsampled(max_points)
+    marks = set()
+    total = 0
+    for pause in pauses:
+        total += pause
+        marks.add(total)
+    for index, (step, value) in enumerate(points):
+        watched.add(step, value)
+        fresh.add(step, value)
+        if index in marks:
+            watched.points()
+    assert repr(watched.points()) == repr(fresh.points())
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs())
+def test_the_engines_fast_path_keeps_what_add_keeps(case):
+    """The observer the engine calls puts the common value in its bucket inline: the same points."""
+    points, max_points = case
+    store = SeriesStore(["r"], ["loss"], max_points)
+    feed = store.observer("r")
+    reference = Downsampled(max_points)
+    for line, (step, value) in enumerate(points, 1):
+        feed({"step": step, "loss": value}, line, None)
+        reference.add(step, value)
+    assert repr(store.view().run("r").points["loss"]) == repr(reference.points())

@@ -59,7 +59,7 @@ class Downsampled:
     series' own minimum and maximum exactly) and its first non-finite value (a NaN is never
     averaged away); the last point is always kept as it came."""
 
-    __slots__ = ("max_buckets", "width", "buckets", "count", "last")
+    __slots__ = ("max_buckets", "width", "buckets", "count", "last", "_prefix", "_prefix_count", "_prefix_of")
 
     def __init__(self, max_points: int = MAX_POINTS):
         if max_points < 4:
@@ -70,6 +70,11 @@ class Downsampled:
         self.buckets: list[list[Any]] = []
         self.count = 0
         self.last: Point | None = None
+        # The points of the closed buckets (all but the last), kept between views: only a merge
+        # (which makes a new bucket list) changes them, so a view each tick costs the open bucket only.
+        self._prefix: tuple[Point, ...] = ()
+        self._prefix_count = 0
+        self._prefix_of: list | None = None
 
     def add(self, step: int, value: float) -> None:
         self.count += 1
@@ -108,21 +113,22 @@ class Downsampled:
     def points(self) -> tuple[Point, ...]:
         """The kept points in the order they came: per bucket its extremes and its non-finite value,
         then the last point (once)."""
-        out: list[Point] = []
-        for bucket in self.buckets:
-            kept: list[tuple[int, Point]] = []
-            if bucket[4] is not None:
-                kept.append((0, (bucket[3], bucket[4])))
-                if bucket[5] != bucket[3] or bucket[6] != bucket[4]:
-                    kept.append((0, (bucket[5], bucket[6])))
-            if bucket[7] is not None:
-                kept.append((1, bucket[7]))
-            kept.sort(key=lambda item: (item[1][0], item[0]))
-            out.extend(point for _, point in kept)
+        buckets = self.buckets
+        closed = len(buckets) - 1 if buckets else 0
+        if self._prefix_of is not buckets or self._prefix_count > closed:
+            self._prefix, self._prefix_count, self._prefix_of = (), 0, buckets
+        if self._prefix_count < closed:
+            extra: list[Point] = []
+            for bucket in buckets[self._prefix_count:closed]:
+                extra.extend(_bucket_points(bucket))
+            self._prefix += tuple(extra)
+            self._prefix_count = closed
+        out = list(_bucket_points(buckets[-1])) if buckets else []
         last = self.last
-        if last is not None and (not out or not _same_point(out[-1], last)):
+        tail = out[-1] if out else (self._prefix[-1] if self._prefix else None)
+        if last is not None and (tail is None or not _same_point(tail, last)):
             out.append(last)
-        return tuple(out)
+        return self._prefix + tuple(out)
 
     def spans(self) -> list[tuple[int, int, int]]:
         """(first step, last step, points) of each bucket: what each kept extreme stands for."""
@@ -162,6 +168,18 @@ class Downsampled:
             raise ValueError("more buckets than allowed")
         series.buckets = buckets
         return series
+
+
+def _bucket_points(bucket: list[Any]) -> list[Point]:
+    kept: list[tuple[int, Point]] = []
+    if bucket[4] is not None:
+        kept.append((0, (bucket[3], bucket[4])))
+        if bucket[5] != bucket[3] or bucket[6] != bucket[4]:
+            kept.append((0, (bucket[5], bucket[6])))
+    if bucket[7] is not None:
+        kept.append((1, bucket[7]))
+    kept.sort(key=lambda item: (item[1][0], item[0]))
+    return [point for _, point in kept]
 
 
 def _step(value: Any) -> int:
@@ -255,6 +273,8 @@ class RunSeries:
         self.log_counts: dict[str, int] = {}
         self.rate: deque[tuple[float, int]] = deque(maxlen=RATE_SAMPLES)
         self.version = 0
+        self._marks_changed = 0  # counts every mark taken (a full deque keeps its length)
+        self._marks_cache: tuple[tuple[int, int, int], tuple[Mark, ...]] | None = None
         self._view: tuple[int, RunSeriesView] | None = None
 
     def reset(self) -> None:
@@ -266,6 +286,7 @@ class RunSeries:
         self.stream_marks.clear()
         self.stream_counts = {}
         self.rate.clear()
+        self._marks_changed += 1
         self.version += 1
 
     def take(self, record: dict, line: int, track: Any = None) -> None:
@@ -320,6 +341,7 @@ class RunSeries:
                                           ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None,
                                           _event_text(event, record)))
             self.stream_counts[event] = self.stream_counts.get(event, 0) + 1
+            self._marks_changed += 1
 
     def take_log_event(self, event: Mapping[str, Any], ts: float | None) -> None:
         kind = event.get("type")
@@ -337,19 +359,24 @@ class RunSeries:
             return
         self.log_marks.append(Mark(str(kind), step if type(step) is int else None, ts, str(text)[:200]))
         self.log_counts[str(kind)] = self.log_counts.get(str(kind), 0) + 1
+        self._marks_changed += 1
         self.version += 1
 
     def view(self) -> RunSeriesView:
         cached = self._view
         if cached is not None and cached[0] == self.version:
             return cached[1]
-        marks = sorted([*self.stream_marks, *self.log_marks], key=lambda m: (m.ts is None, m.ts or 0.0))
+        marks_key = (self._marks_changed, len(self.stream_marks), len(self.log_marks))
+        if self._marks_cache is None or self._marks_cache[0] != marks_key:
+            ordered = tuple(sorted([*self.stream_marks, *self.log_marks], key=lambda m: (m.ts is None, m.ts or 0.0)))
+            self._marks_cache = (marks_key, ordered)
+        marks = self._marks_cache[1]
         view = RunSeriesView(
             run=self.run_id,
             lines=self.lines,
             points={name: series.points() for name, series in self.series.items()},
             counts={name: series.count for name, series in self.series.items()},
-            marks=tuple(marks),
+            marks=marks,
             mark_counts={**self.stream_counts, **self.log_counts},
             steps_per_hour=self._steps_per_hour(),
         )
@@ -390,6 +417,7 @@ class RunSeries:
         self.rate = deque(((float(ts), _step(step)) for ts, step in data.get("rate", [])), maxlen=RATE_SAMPLES)
         self.series, self.lines, self.stream_marks, self.stream_counts = series, lines, marks, counts
         self._pairs = tuple(series.items())
+        self._marks_changed += 1
         self.last_step = last_step if type(last_step) is int else None
         self.version += 1
 
