@@ -765,7 +765,7 @@ class Engine:
             alerts=alerts,
             notices=tuple(dict.fromkeys(notices)),
             pilot_due_at=self.pilot_due_at,
-            series=self.series.view(),  # charts (issue 20)
+            series=self.series.view(self._monotonic()),  # charts (issue 20)
         )
 
 

@@ -23,7 +23,10 @@ MAX_BUCKETS = (MAX_POINTS - 1) // 3
 MAX_MARKS = 200  # the newest events and decisions kept per run (counts are kept for all)
 RATE_SAMPLES = 12  # (ts, step) samples kept for the recent step rate, RATE_SPACING_S apart
 RATE_SPACING_S = 30.0
-CLOCK_SPACING_S = 60.0  # the clock is sampled at most this often at first; the spacing doubles as the lot goes on
+CLOCK_SPACING_S = 60.0
+# A run's points are drawn again at most this often (its marks at once): the view costs the
+# tick something, and a curve that moves every second says nothing more than one every few.
+VIEW_EVERY_S = 3.0  # the clock is sampled at most this often at first; the spacing doubles as the lot goes on
 SERIES_VERSION = 1
 
 Point = tuple[int, float]
@@ -275,6 +278,8 @@ class RunSeries:
         self.version = 0
         self._marks_changed = 0  # counts every mark taken (a full deque keeps its length)
         self._marks_cache: tuple[tuple[int, int, int], tuple[Mark, ...]] | None = None
+        self._view_marks = -1
+        self._view_at = 0.0
         self._view: tuple[int, RunSeriesView] | None = None
 
     def reset(self) -> None:
@@ -362,10 +367,16 @@ class RunSeries:
         self._marks_changed += 1
         self.version += 1
 
-    def view(self) -> RunSeriesView:
+    def view(self, moment: float | None = None) -> RunSeriesView:
+        """The frozen view; with `moment` (monotonic seconds), new points alone wait VIEW_EVERY_S."""
         cached = self._view
         if cached is not None and cached[0] == self.version:
             return cached[1]
+        if (cached is not None and moment is not None and self._view_marks == self._marks_changed
+                and 0 <= moment - self._view_at < VIEW_EVERY_S):
+            return cached[1]
+        self._view_marks = self._marks_changed
+        self._view_at = moment if moment is not None else 0.0
         marks_key = (self._marks_changed, len(self.stream_marks), len(self.log_marks))
         if self._marks_cache is None or self._marks_cache[0] != marks_key:
             ordered = tuple(sorted([*self.stream_marks, *self.log_marks], key=lambda m: (m.ts is None, m.ts or 0.0)))
@@ -539,11 +550,13 @@ class SeriesStore:
     def note_clock(self, now: datetime, committed_remaining_hours: float | None, remaining_hours: float | None) -> None:
         self.clock.note(now.timestamp(), committed_remaining_hours, remaining_hours)
 
-    def view(self) -> SeriesView:
-        key = (self.clock.version, *(run.version for run in self.runs.values()))
+    def view(self, moment: float | None = None) -> SeriesView:
+        """Every run's view (see RunSeries.view for `moment`) and the clock history."""
+        runs = {run_id: run.view(moment) for run_id, run in self.runs.items()}
+        key = (self.clock.version, *(id(view) for view in runs.values()))
         if self._view is not None and self._view[0] == key:
             return self._view[1]
-        view = SeriesView(runs={run_id: run.view() for run_id, run in self.runs.items()}, clock=tuple(self.clock.samples))
+        view = SeriesView(runs=runs, clock=tuple(self.clock.samples))
         self._view = (key, view)
         return view
 
