@@ -81,6 +81,8 @@ class _Panel:
         out.append(f'<line x1="{left}" y1="{_number(top)}" x2="{left}" y2="{_number(bottom)}" class="axis"/>')
         out.append(f'<text x="{right}" y="{_number(bottom + 30)}" class="tick" text-anchor="end">{_text(data.x_label)}</text>')
         for threshold in data.thresholds:
+            if threshold.x_from is not None and threshold.x_from > x1:
+                continue  # applies from a step the run has not reached: named in the legend only
             start = sx(threshold.x_from) if threshold.x_from is not None else left
             y = sy(threshold.y)
             out.append(f'<line x1="{_number(start)}" y1="{_number(y)}" x2="{right}" y2="{_number(y)}" class="threshold"/>')

@@ -79,8 +79,8 @@ class ChartData:
         return not any(line.points for line in self.lines) and not self.marks
 
     def x_range(self) -> tuple[float, float] | None:
+        # a threshold's after_step does not widen the range: a run stopped early keeps its curve readable
         xs = [x for line in self.lines for x, _ in line.points] + [m.x for m in self.marks] + [m.x for m in self.markers]
-        xs += [t.x_from for t in self.thresholds if t.x_from is not None]
         xs = [x for x in xs if math.isfinite(x)]
         return (min(xs), max(xs)) if xs else None
 

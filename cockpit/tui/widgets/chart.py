@@ -128,6 +128,8 @@ def render_lines(data: ChartData, width: int, height: int, style=lambda name: St
         styles[r][c] = name
 
     for threshold in data.thresholds:
+        if threshold.x_from is not None and threshold.x_from > x1:
+            continue  # applies from a step the run has not reached: named in the legend only
         r = row(threshold.y)
         start = col(threshold.x_from) if threshold.x_from is not None else 0
         for c in range(start, columns):
