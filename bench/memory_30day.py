@@ -15,6 +15,10 @@ the lot is simulated in two parts, each driving the real `Engine` with an inject
    between ticks, the clock advancing an hour a tick, for 720 ticks: 2,592,000 lines, the full
    lot, read incrementally by the same engine. RSS is read after every simulated day.
 
+Both parts include the charts' series (issue 20): each run's loss and closing metric downsampled
+to at most 1,000 points, and the clock history; the points kept, the clock samples and the size of
+the saved state (`.cockpit/metrics-state.json`, which holds them) are printed beside the RSS.
+
 The figure is the larger of part 1's projection to 30 days and part 2's peak RSS: the cockpit
 holds both kinds of state at once, and neither depends on the other.
 """
@@ -127,7 +131,9 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
                 samples.append((tick, rss_mb()))
                 blocks.append((tick, float(sys.getallocatedblocks())))
         seconds = time.perf_counter() - started
+        kept = _series_figures(engine)
         engine.close()
+        kept["state_kb"] = round((folder / ".cockpit" / "metrics-state.json").stat().st_size / 1024, 1)
         for handle in handles:
             handle.close()
     finally:
@@ -153,6 +159,7 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
         "blocks_end": int(blocks[-1][1]) if blocks else None,
         "blocks_slope_per_day": round(slope_per_tick(warm_blocks) * 86400, 1),
         "rss_every_1000_ticks_mb": [round(y, 1) for _, y in samples],
+        "series": kept,
     }
 
 
@@ -179,7 +186,9 @@ def whole_stream(days: int) -> dict:
         seconds = time.perf_counter() - started
         run = snapshot.run("r0")
         stream_bytes = (folder / "runs" / "r0" / "metrics.jsonl").stat().st_size
+        kept = _series_figures(engine)
         engine.close()
+        kept["state_kb"] = round((folder / ".cockpit" / "metrics-state.json").stat().st_size / 1024, 1)
         handle.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -194,7 +203,19 @@ def whole_stream(days: int) -> dict:
         "rss_end_mb": round(per_day[-1], 1),
         "rss_max_mb": round(max(per_day), 1),
         "rss_each_day_mb": [round(v, 1) for v in per_day],
+        "series": kept,
     }
+
+
+def _series_figures(engine: Engine) -> dict:
+    """How much the charts keep: the most points of any series, values read, clock samples."""
+    view = engine.series.view()
+    points = [len(p) for run in view.runs.values() for p in run.points.values()]
+    values = [n for run in view.runs.values() for n in run.counts.values()]
+    if max(points, default=0) > 1000 or len(view.clock) > 1000:
+        raise SystemExit(f"the series are not bounded: {max(points, default=0)} points, {len(view.clock)} clock samples")
+    return {"series": len(points), "points_max": max(points, default=0), "values_read_max": max(values, default=0),
+            "clock_samples": len(view.clock)}
 
 
 def main() -> None:
@@ -223,6 +244,10 @@ def main() -> None:
     print(f"part 2: {second['lines']:,} lines ({second['stream_mb']} MB) over {second['days']} simulated days, one run")
     print(f"        RSS {second['rss_day_1_mb']} MB after day 1 → {second['rss_end_mb']} MB after day {second['days']} "
           f"(max {second['rss_max_mb']} MB)")
+    for name, part in (("part 1", first), ("part 2", second)):
+        kept = part["series"]
+        print(f"{name} series: {kept['series']} series, at most {kept['points_max']} points each "
+              f"({kept['values_read_max']:,} values read), {kept['clock_samples']} clock samples, saved state {kept['state_kb']} KB")
     print(f"memory after a 30-day lot: {result['figure_mb']} MB (target ≤ {TARGET_MB:.0f} MB)")
 
 

@@ -601,7 +601,8 @@ def test_the_closing_folder_and_closing_twice(tmp_path):
     first = close_campaign(camp, now=BEFORE_END, temp_roots=[volatile(tmp_path)])
     folder = camp / "closing"
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["RELOAD.md", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"]
+    charts = [n for n in names if n.startswith("chart-") and n.endswith(".svg")]  # issue 20: the charts, checked in test_close_charts
+    assert [n for n in names if n not in charts] == ["RELOAD.md", "manifest.json", "plan.toml", "report.md", "runlog.jsonl", "summary.json"]
     summary = json.loads((folder / "summary.json").read_text())
     assert summary == first.summary and first.exit_code == 1
     assert (folder / "plan.toml").read_text() == (camp / ".cockpit" / "plan.toml").read_text()

@@ -1063,7 +1063,7 @@ async def test_help_lists_every_key(seed_campaign):
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         listed = {key.key for key in app.screen.keys}
-        assert listed == {"s", "d", "a", "n", "l", "t", "?", "q"}
+        assert listed == {"s", "d", "a", "n", "l", "t", "?", "q", "Enter", "c", "b"}  # Enter, c, b: the charts (issue 20)
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
     bindings = [b for b in CockpitApp.BINDINGS]

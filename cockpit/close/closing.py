@@ -50,15 +50,7 @@ from cockpit.close.verify import CLOSE_SOURCE, DeliverableVerdict, verify_delive
 from cockpit.common.files import write_atomic
 from cockpit.common.layout import CLOSING_DIR, DIR_MODE, RUNLOG_FILE
 from cockpit.common.times import iso, parse_ts, utc_now
-from cockpit.close.ids import (
-    IDS_SHOWN,
-    HashedIds,
-    IdsError,
-    compare_hashed,
-    compare_id_files,
-    first_missing,
-    iter_id_batches,
-)
+from cockpit.close.ids import IDS_SHOWN, IdsError, compare_id_files, iter_id_batches
 from cockpit.errors import Finding
 from cockpit.live.saved_state import load_state, state_file
 from cockpit.plan.campaign import Campaign
@@ -442,7 +434,9 @@ def _assemble(
 def _write_folder(folder: Path, closing: ClosingOutcome, runlog_bytes: bytes) -> None:
     folder.mkdir(mode=DIR_MODE, exist_ok=True)
     write_atomic(folder / "summary.json", summary_json(closing.facts).encode("utf-8"))
-    write_atomic(folder / "report.md", closing.report_markdown.encode("utf-8"))
+    from cockpit.close.charts import with_charts  # charts (issue 20): closing/chart-*.svg, linked from report.md
+
+    write_atomic(folder / "report.md", with_charts(folder, closing.campaign, closing.report_markdown).encode("utf-8"))
     write_atomic(folder / "RELOAD.md", closing.reload_markdown.encode("utf-8"))
     write_atomic(folder / "plan.toml", closing.plan_text.encode("utf-8"))
     write_atomic(folder / RUNLOG_FILE, runlog_bytes)

@@ -39,6 +39,7 @@ from cockpit.live.runs import (
     undeclared_runs_notice,
 )
 from cockpit.live.saved_state import load_state, save_state, state_file
+from cockpit.live.series import SeriesStore
 from cockpit.live.snapshot import AlertView, ClockView, GpuView, HostView, LotView, NvmlView, RunView, Snapshot
 from cockpit.live.track import last_metrics
 from cockpit.plan.campaign import Action, Campaign, CampaignError
@@ -115,6 +116,9 @@ class Engine:
             run.id: saved.stream(run.id, run.metrics_path(self.directory)) for run in campaign.runs
         }
         self.evaluator = RuleEvaluator(campaign.model.stop_rules, RuleState.from_dict((saved.extra or {}).get("rules")))
+        # charts (issue 20): the downsampled series, saved beside the reading positions they match
+        self.series = SeriesStore.for_campaign(campaign, (saved.extra or {}).get("series"),
+                                               {run_id: stream.position.lines for run_id, stream in self.streams.items()})
         rearmed = (saved.extra or {}).get("rearmed")
         if isinstance(rearmed, list):  # cleared while an earlier cockpit watched: may be said again
             self._rearmed = {key for key in rearmed if isinstance(key, str)}
@@ -166,7 +170,8 @@ class Engine:
         try:
             state_dir(self.directory)
             save_state(state_file(self.directory), list(self.streams.values()),
-                       extra={"rules": self.evaluator.state.to_dict(), "rearmed": sorted(self._rearmed)})
+                       extra={"rules": self.evaluator.state.to_dict(), "rearmed": sorted(self._rearmed),
+                              "series": self.series.to_dict()})  # charts (issue 20)
         except (OSError, ValueError, TypeError) as error:
             notice = (
                 f"cannot save the reading position in .cockpit/ ({getattr(error, 'strerror', None) or error}); "
@@ -185,6 +190,7 @@ class Engine:
         self._bad_log_lines += bad
         if events:
             self._recorded.apply(events)
+            self.series.take_log(events, parse_ts)  # charts (issue 20): alerts, stops, notes by run
             self._logged_lines |= _alert_lines(events)
             for event in events:  # an acknowledgement, from any process, re-arms the rule
                 if event["type"] == EventType.ACK and event.get("run"):
@@ -249,6 +255,7 @@ class Engine:
         changed = False
         for run_id, stream in self.streams.items():
             observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
+            observer = self.series.observer(run_id, observer)  # charts (issue 20): every line feeds the series
             try:  # one run's stream never hides another run, the GPUs or the clock
                 result = stream.poll(observer, now=now.timestamp())
             except Exception as error:
@@ -278,6 +285,7 @@ class Engine:
                         # judged only where the pid means what it meant to the run; read once more first:
                         # a run that wrote `finished` just after this tick's read and then exited did not die
                         observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
+                        observer = self.series.observer(run_id, observer)  # charts (issue 20)
                         changed = bool(stream.poll(observer, now=now.timestamp()).lines) or changed
                         if stream.track.finished is None:
                             dead[run_id] = check
@@ -293,6 +301,7 @@ class Engine:
         except Exception as error:  # the clock without the runs' measured progress, rather than none
             self._run_failed(None, "the runs' measured progress could not be used by the clock", error)
             reading = lot_clock(self.plan, now, {}, self.planned)
+        self.series.note_clock(now, reading.committed_remaining_hours, reading.remaining_hours)  # charts (issue 20)
 
         pending = [
             Pending(
@@ -577,6 +586,7 @@ class Engine:
             alerts=alerts,
             notices=tuple(dict.fromkeys(notices)),
             pilot_due_at=self.pilot_due_at,
+            series=self.series.view(self._monotonic()),  # charts (issue 20)
         )
 
 

@@ -224,6 +224,7 @@ class Snapshot:
     alerts: tuple[AlertView, ...]  # active (unacknowledged) alerts, newest first
     notices: tuple[str, ...] = field(default_factory=tuple)  # plan drift, container pids, bad lines …
     pilot_due_at: datetime | None = None  # when the pilot decision fell due, while none is recorded
+    series: Any = None  # charts (issue 20): a cockpit.live.series.SeriesView, left out of the JSON
 
     def run(self, run_id: str) -> RunView | None:
         return next((r for r in self.runs if r.id == run_id), None)

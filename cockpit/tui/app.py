@@ -39,6 +39,7 @@ from cockpit.record import decisions
 from cockpit.record.runlog import RunLog, RunLogError
 from cockpit.tui import format as fmt
 from cockpit.tui import terminal, toast
+from cockpit.tui.charts import ChartKeys
 from cockpit.tui.keys import APP_BINDINGS, key_help
 from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed, VoidRequested
 from cockpit.tui.screens import (
@@ -76,7 +77,7 @@ THEME_VARIABLE_DEFAULTS = {
 }
 
 
-class CockpitApp(App[None]):
+class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
     """The cockpit on one campaign, fed by a `SnapshotSource` (the engine, or a fake in tests)."""
 
     CSS_PATH = "cockpit.tcss"
@@ -310,6 +311,7 @@ class CockpitApp(App[None]):
             self._gpu_panel.show(snapshot.nvml, snapshot.gpus, snapshot.host)
             self._runs.show(snapshot.runs, now)
             self._alerts.show(snapshot.alerts, snapshot.notices, now)
+        self.show_on_chart_screen(snapshot)  # charts (issue 20)
         self._announce_new_alerts(snapshot.alerts)
         if before is None:
             self.call_after_refresh(self._first_frame_painted)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from textual.binding import Binding
 
+from cockpit.tui.charts import CHART_BINDINGS
 from cockpit.tui.screens import KeyHelp
 
 APP_BINDINGS: list[Binding] = [
@@ -16,6 +17,7 @@ APP_BINDINGS: list[Binding] = [
     Binding("t", "cycle_theme", "Theme", id="theme", tooltip="next theme (dark, light, mono, then yours)"),
     Binding("question_mark", "help", "Help", id="help", key_display="?", tooltip="this list"),
     Binding("q", "quit", "Quit", id="quit", priority=True, tooltip="leave the cockpit (the runs go on)"),
+    *CHART_BINDINGS,  # Enter, c, b: the chart screens (cockpit.tui.charts)
 ]
 
 
