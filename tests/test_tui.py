@@ -1198,3 +1198,94 @@ async def test_an_unreadable_run_and_a_due_pilot_decision_are_shown(seed_campaig
         app.apply_snapshot(app.source.snapshot)
         await pilot.pause()
         assert "PILOT DECISION DUE" not in header.build_lines(100)[1].plain
+
+
+# ---------------------------------------------------------------- GPU health, MIG, containers (issue 18)
+
+
+def gpu_lines(row: GpuRow) -> list[str]:
+    return [row.render_line(y).text.rstrip() for y in range(row.size.height)]
+
+
+HEALTHY = {
+    "serial": "1650921000123",
+    "counters": {"ecc_corrected": 14, "ecc_uncorrected": 0, "remap_pending": False, "remap_failed": False,
+                 "pcie_replays": 9, "power_slowdown_s": 130.0, "thermal_slowdown_s": 4.0, "energy_j": 9.0e7},
+    "since_start": {"ecc_corrected": 2, "ecc_uncorrected": 0, "remap_pending": False, "remap_failed": False,
+                    "pcie_replays": 3, "power_slowdown_s": 75.0, "thermal_slowdown_s": 0.0, "energy_j": 4.5e6},
+    "energy_kwh_since_start": 1.25,
+}
+
+
+async def test_health_counters_show_their_deltas_since_the_lot_start(seed_campaign):
+    gpus = (replace(make_gpu(0), health=HEALTHY), make_gpu(1))
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=gpus))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        await pilot.pause()
+        shown = " ".join(" ".join(gpu_lines(row)) for row in [app.query_one("#gpu-0", GpuRow)])
+        for words in ("since start: ECC +2 corr +0 unc", "remap 0 pend 0 fail", "PCIe +3",
+                      "slow pwr 1m th 0s", "1.25 kWh"):
+            assert words in shown, (words, shown)
+        assert "!" not in shown  # nothing alarming: no mark
+        assert not any("since start" in line for line in gpu_lines(app.query_one("#gpu-1", GpuRow)))  # none reported: no line
+        assert "…" not in shown and len(gpu_lines(app.query_one("#gpu-0", GpuRow))) <= 4  # nothing cut at 80×24
+
+
+async def test_only_the_counters_a_gpu_reports_are_shown_and_an_uncorrected_error_is_marked(seed_campaign):
+    old = {"since_start": {"retired_pages_single": 1, "retired_pages_double": 2, "ecc_uncorrected": 5}}
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), health=old),)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        row = app.query_one("#gpu-0", GpuRow)
+        line = next(line for line in gpu_lines(row) if "since start" in line)
+        assert line.strip() == "! since start: ECC +5 unc · retired pages +1 sbe +2 dbe"  # only what it reports
+        y = gpu_lines(row).index(line.rstrip())
+        warning = row.component_style("gpu-row--problem")
+        assert any(segment.style and segment.style.color == warning.color for segment in row.render_line(y))
+    failed = {"since_start": {"remap_pending": False, "remap_failed": True}}
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), health=failed),)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        assert "! since start: remap 0 pend FAILED" in " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+
+
+async def test_a_mig_gpu_shows_its_instances_memory_and_no_utilization_figure(seed_campaign):
+    from cockpit.live.gpu_fields import MigInstance
+
+    instances = (MigInstance(0, "MIG-a", 3 * 2**30, 20 * 2**30), MigInstance(1, "MIG-b", None, None))
+    mig = replace(make_gpu(0), utilization_percent=None, utilization_history=(), mig_instances=instances)
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=(mig,)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        lines = gpu_lines(app.query_one("#gpu-0", GpuRow))
+        assert lines[0].startswith("0 util not reported (MIG)") and "%" not in lines[0] and "71°C" in lines[0]
+        assert not set(lines[0]) & set("▁▂▃▄▅▆▇█")  # no utilization bar either
+        assert "  MIG 0: 3.0/20.0G · 1: mem n/a" in lines, lines
+
+
+async def test_processes_in_a_container_are_labelled(seed_campaign):
+    from cockpit.live.snapshot import GpuProcessView
+
+    processes = (GpuProcessView(1234, 8 * 2**30, None, container=True), GpuProcessView(77, None, "ctrl-r1", container=True))
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), processes=processes),)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        shown = " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+        assert "procs pid 1234 (container) 8.0G · pid 77 (container) ctrl-r1" in shown, shown
+    visible = (GpuProcessView(1234, 8 * 2**30, "ctrl-r1"),)
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), processes=visible),)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        assert "container" not in " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+
+
+async def test_nvml_strings_in_the_health_lines_are_escaped(seed_campaign):
+    from cockpit.live.snapshot import GpuProcessView
+
+    processes = (GpuProcessView(5, None, "run\x1b[2Jx", container=True),)
+    app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), processes=processes),)))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        shown = " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+        assert "\x1b" not in shown and "pid 5 (container)" in shown

@@ -94,3 +94,16 @@ def test_log_screen_80x24(snap_compare, seed_campaign):
         await pilot.pause()
 
     assert snap_compare(_app(seed_campaign), terminal_size=(80, 24), run_before=open_log)
+
+
+def test_gpu_health_line_80x24(snap_compare, seed_campaign):
+    """Counters since the lot's first sample under the GPU, an uncorrected ECC error marked "!"."""
+    from dataclasses import replace
+
+    from tests.conftest import make_gpu
+
+    health = {"since_start": {"ecc_corrected": 2, "ecc_uncorrected": 1, "remap_pending": False, "remap_failed": False,
+                              "pcie_replays": 3, "power_slowdown_s": 75.0, "thermal_slowdown_s": 0.0, "energy_j": 4.5e6},
+              "energy_kwh_since_start": 1.25}
+    snapshot = replace(make_snapshot(alerts=(stalled_alert(),)), gpus=(replace(make_gpu(0), health=health),))
+    assert snap_compare(make_app(seed_campaign, snapshot, bell=False), terminal_size=(80, 24), run_before=_first_frame)

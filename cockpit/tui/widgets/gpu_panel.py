@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from cockpit.common.text import escape_control
 from cockpit.live.snapshot import GpuView, HostView, NvmlView
-from cockpit.tui.widgets.gpu_row import GpuRow, problem_text
+from cockpit.tui.widgets.gpu_row import GpuRow
 from cockpit.tui.widgets.host_line import HostLine
 
 
@@ -106,8 +106,10 @@ class GpuPanel(VerticalScroll):
         height = self.content_size.height
         status = self.query_one("#nvml-status", Static)
         status_lines = status.outer_size.height if status.has_class("-shown") else 0
-        # a lost or slowed GPU takes a third line (a power cap is common on a loaded GPU)
-        needed = sum((1 if row.gpu.lost else 2) + bool(problem_text(row.gpu)) for row in self._rows.values())
+        # a lost or slowed GPU takes a third line (a power cap is common on a loaded GPU); MIG,
+        # health counters and container processes take theirs
+        width = self.scrollable_content_region.width
+        needed = sum(row.lines_wanted(False, width) for row in self._rows.values())
         compact = height > 0 and needed + 1 + status_lines > height
         for row in self._rows.values():
             row.set_compact(compact)
