@@ -19,11 +19,12 @@ from typing import Any
 
 from cockpit.common.layout import state_dir
 from cockpit.common.times import iso, parse_ts, utc_now
+from cockpit.live.alert_log import alert_lines, log_alerts
 from cockpit.live.builtin_alerts import PILOT_DUE, STREAM_UNREADABLE, Pending, built_in_alerts, stream_identity
 from cockpit.live.clock import ItemProgress, lot_clock, projected
 from cockpit.live.fake_gpus import FakeGpus
 from cockpit.live.gpu import GpuSnapshot, NvmlSource
-from cockpit.live.gpu_health import HealthMonitor, record_incident
+from cockpit.live.gpu_health import HealthMonitor
 from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.host import HostProcesses
 from cockpit.live.metric_values import seconds_to_datetime
@@ -46,7 +47,7 @@ from cockpit.plan.campaign import Action, Campaign, CampaignError
 from cockpit.plan.load import read_campaign_text
 from cockpit.plan.schedule import schedule
 from cockpit.record.events import EventType
-from cockpit.record.runlog import RecordedState, RunLog, RunLogError, alert_key
+from cockpit.record.runlog import RecordedState, RunLog, RunLogError
 from cockpit.record.start import ensure_started, frozen_plan_text, plan_drift, start_in
 
 HISTORY = 120  # sparkline points kept per GPU: bounded whatever the lot's length
@@ -191,58 +192,20 @@ class Engine:
         if events:
             self._recorded.apply(events)
             self.series.take_log(events, parse_ts)  # charts (issue 20): alerts, stops, notes by run
-            self._logged_lines |= _alert_lines(events)
+            self._logged_lines |= alert_lines(events)
             for event in events:  # an acknowledgement, from any process, re-arms the rule
                 if event["type"] == EventType.ACK and event.get("run"):
                     self.evaluator.acknowledge(str(event.get("rule")), str(event["run"]))
         return self._recorded
 
-    def _to_log(
-        self, pending: list[Pending], open_keys: set[str], logged_lines: set[tuple[str, Any, Any, Any]]
-    ) -> tuple[list[Pending], list[Pending]]:
-        """(alerts to write, alerts already logged for the same line of the same file)."""
-        open_keys = set(open_keys)
-        ever_keys = {identity[0] for identity in logged_lines}
-        keep: list[Pending] = []
-        repeated: list[Pending] = []
-        for item in pending:
-            if item.key in open_keys:
-                continue
-            if item.line is not None and _line_identity(item.key, item.fields, item.line) in logged_lines:
-                repeated.append(item)  # the same line of the same file, re-read after the saved state was lost
-                continue
-            if item.fields.get("once") and item.key in ever_keys and item.key not in self._rearmed:
-                continue  # a standing condition (a window threshold, a lost GPU): said once while it holds
-            keep.append(item)
-            open_keys.add(item.key)
-        return keep, repeated
-
     def _log_alerts(self, pending: list[Pending]) -> list[dict[str, Any]]:
-        """Append each alert not already open (nor logged for the same line); the lock is taken only
-        when the run log as followed so far leaves something to write."""
-        open_keys = {a.key for a in self._recorded.active_alerts}
-        keep, repeated = self._to_log(pending, open_keys, self._logged_lines)
-        for item in repeated:  # not logged twice, but the rule must not stay silenced for later lines
+        """Append each alert not already open (nor logged for the same line): `alert_log`."""
+        logged = log_alerts(self.log, self.campaign, pending, self._recorded, self._logged_lines, self._rearmed)
+        for item in logged.repeated:  # not logged twice, but the rule must not stay silenced for later lines
             self.evaluator.acknowledge(str(item.fields.get("rule")), str(item.fields.get("run")))
-        if not keep:
-            return []
-        written = []
-        with self.log.transaction() as tx:  # checked again under the lock: another cockpit may have logged it
-            events = tx.read().events
-            keep, _ = self._to_log(
-                keep, {a.key for a in RecordedState.from_events(events).active_alerts}, _alert_lines(events)
-            )
-            if keep:  # an alert is a recording: the run log begins with `campaign_started`
-                start_in(tx, self.campaign, events)
-            for item in keep:
-                fields = {k: v for k, v in item.fields.items() if k != "once"}
-                if not record_incident(tx, events, fields):  # a GPU incident: its gpu_health evidence first, once
-                    continue
-                written.append(tx.append(EventType.ALERT, key=item.key, **fields))
-                if item.key in self._rearmed:
-                    self._rearmed.discard(item.key)
-                    self._unsaved = True
-        return written
+        if logged.rearmed_used:
+            self._unsaved = True
+        return logged.written
 
     # ------------------------------------------------------------ one tick
 
@@ -588,16 +551,6 @@ class Engine:
             pilot_due_at=self.pilot_due_at,
             series=self.series.view(self._monotonic()),  # charts (issue 20)
         )
-
-
-def _alert_lines(events: list[dict[str, Any]]) -> set[tuple[str, Any, Any, Any]]:
-    return {_line_identity(alert_key(e), e, e.get("line")) for e in events if e["type"] == EventType.ALERT}
-
-
-def _line_identity(key: str, fields: dict[str, Any], line: Any) -> tuple[str, Any, Any, Any]:
-    """What makes an alert the same alert of the same line: its key, the stream's inode and
-    generation (a rewritten file is a new writing even where the inode number comes back), the line."""
-    return (key, fields.get("stream_inode"), fields.get("stream_generation"), line)
 
 
 def _ts_text(seconds: Any) -> str | None:
