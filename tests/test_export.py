@@ -142,6 +142,48 @@ def test_a_lost_gpu_and_an_unknown_fit_leave_their_series_out(labels):
     assert "cockpit_projected_finish_timestamp_seconds" not in names
 
 
+def test_the_text_is_made_at_publish_once_something_scrapes_and_only_then(labels, monkeypatch):
+    import cockpit.export.server as server_module
+
+    made = []
+    monkeypatch.setattr(server_module, "exposition", lambda s, sets: made.append(s) or exposition(s, sets))
+    latest = LatestSnapshot(labels)
+    for hours in (44.0, 43.0):
+        latest.publish(replace(snapshot(), clock=replace(snapshot().clock, remaining_hours=hours)))
+    assert made == []  # nothing scrapes: nothing is rendered
+    assert samples(latest.metrics())[("cockpit_lot_remaining_seconds", ())] == 43 * 3600 and len(made) == 1
+    latest.publish(replace(snapshot(), clock=replace(snapshot().clock, remaining_hours=42.0)))
+    assert len(made) == 2  # rendered on the tick, for the next scrape
+    assert samples(latest.metrics())[("cockpit_lot_remaining_seconds", ())] == 42 * 3600 and len(made) == 2
+    assert latest.json() is not None and len(made) == 2
+
+
+def test_the_server_keeps_the_connection_and_answers_head_and_other_methods(labels):
+    import http.client
+
+    latest = LatestSnapshot(labels)
+    server = MetricsServer(Address("127.0.0.1", 0), latest)
+    try:
+        latest.publish(snapshot())
+        connection = http.client.HTTPConnection("127.0.0.1", server.address.port, timeout=5)
+        connection.request("GET", "/metrics")
+        first = connection.getresponse()
+        body = first.read()
+        assert first.status == 200 and first.getheader("Content-Type").startswith("text/plain; version=0.0.4")
+        assert int(first.getheader("Content-Length")) == len(body) and samples(body)
+        sock = connection.sock
+        connection.request("HEAD", "/metrics?x=1")
+        head = connection.getresponse()
+        assert head.status == 200 and head.read() == b"" and int(head.getheader("Content-Length")) == len(body)
+        assert connection.sock is sock  # the same connection (keep-alive, as Prometheus scrapes)
+        connection.request("POST", "/metrics", body=b"x")
+        post = connection.getresponse()
+        assert post.status == 405 and post.getheader("Allow") == "GET, HEAD" and b"read-only" in post.read()
+        connection.close()
+    finally:
+        server.close()
+
+
 def test_metrics_address_defaults_to_loopback_and_bad_ones_are_usage_errors():
     assert str(parse_address("9464")) == "127.0.0.1:9464"
     assert str(parse_address(":9464")) == "127.0.0.1:9464"
@@ -387,3 +429,77 @@ def test_each_gpu_is_labelled_with_its_index_and_uuid_from_the_readings(seed_cam
     gpus = {dict(label_set)["uuid"] for name, label_set in found if name == "cockpit_gpu_utilization_ratio"}
     assert gpus == {"GPU-simulated-0000", "GPU-simulated-0001"}
     assert found[("cockpit_gpu_memory_total_bytes", (("gpu", "1"), ("uuid", "GPU-simulated-0001")))] == 24 * 2**30
+
+
+HEALTH = {"serial": "1650924060000", "counters": {
+    "ecc_corrected": 3, "ecc_uncorrected": 1, "remapped_correctable": 2, "remapped_uncorrectable": 1,
+    "remap_pending": True, "remap_failed": False, "pcie_replays": 12, "power_slowdown_s": 41.5,
+    "thermal_slowdown_s": 0.25, "energy_j": 123456.5},
+    "since_start": {"ecc_corrected": 1}}
+
+
+def test_gpu_health_counters_are_exported_in_base_units_with_their_types(labels):
+    gpu = replace(snapshot().gpus[0], health=HEALTH)
+    text = exposition(snapshot(gpus=(gpu,)), labels)
+    found = samples(text)
+    value = lambda name, **lab: found[(name, tuple(sorted({"gpu": "0", "uuid": "GPU-0a1b", **lab}.items())))]  # noqa: E731
+    assert value("cockpit_gpu_ecc_errors_total", type="corrected") == 3  # NVML's raw count, not the delta since the start
+    assert value("cockpit_gpu_ecc_errors_total", type="uncorrected") == 1
+    assert value("cockpit_gpu_remapped_rows", cause="correctable") == 2
+    assert value("cockpit_gpu_remapped_rows", cause="uncorrectable") == 1
+    assert value("cockpit_gpu_row_remap_pending") == 1 and value("cockpit_gpu_row_remap_failed") == 0
+    assert value("cockpit_gpu_pcie_replays_total") == 12
+    assert value("cockpit_gpu_slowdown_seconds_total", reason="power") == 41.5
+    assert value("cockpit_gpu_slowdown_seconds_total", reason="thermal") == 0.25
+    assert value("cockpit_gpu_energy_joules_total") == 123456.5
+    types = {f.name: f.type for f in text_string_to_metric_families(text.decode())}
+    assert types["cockpit_gpu_ecc_errors"] == types["cockpit_gpu_energy_joules"] == "counter"
+    assert types["cockpit_gpu_slowdown_seconds"] == types["cockpit_gpu_pcie_replays"] == "counter"
+    assert types["cockpit_gpu_remapped_rows"] == types["cockpit_gpu_row_remap_pending"] == "gauge"
+    assert b"# TYPE cockpit_gpu_ecc_errors_total counter\n" in text
+
+
+def test_a_health_field_the_gpu_does_not_report_is_absent_never_zero(labels):
+    """An older GPU: retired pages instead of remapped rows, no ECC, no energy counter."""
+    old = {"counters": {"retired_pages_single": 4, "retired_pages_double": 0, "power_slowdown_s": 2.0}}
+    gpus = (replace(snapshot().gpus[0], health=old), GpuView(1, "GPU", uuid="GPU-none"), GpuView(2, "GPU", lost=True, health=HEALTH))
+    found = samples(exposition(snapshot(gpus=gpus), labels))
+    health = {(name, dict(lab).get("gpu")) for name, lab in found if name.startswith(("cockpit_gpu_ecc", "cockpit_gpu_re", "cockpit_gpu_row",
+                                                                                      "cockpit_gpu_pcie", "cockpit_gpu_slow", "cockpit_gpu_energy"))}
+    assert health == {("cockpit_gpu_retired_pages", "0"), ("cockpit_gpu_slowdown_seconds_total", "0")}
+    assert found[("cockpit_gpu_retired_pages", (("cause", "single_bit"), ("gpu", "0"), ("uuid", "GPU-0a1b")))] == 4
+    assert ("cockpit_gpu_slowdown_seconds_total", (("gpu", "0"), ("reason", "thermal"), ("uuid", "GPU-0a1b"))) not in found
+
+
+def test_the_fast_text_matches_prometheus_client_with_health_counters(labels):
+    from prometheus_client.exposition import generate_latest
+
+    from cockpit.export.metrics import registry_for
+
+    with_health = snapshot(gpus=(replace(snapshot().gpus[0], health=HEALTH),))
+    ours, theirs = exposition(with_health, labels), generate_latest(registry_for(labels, lambda: with_health))
+    parse = lambda text: [(f.name, f.type, f.documentation, [(s.name, s.labels, repr(s.value)) for s in f.samples])  # noqa: E731
+                          for f in text_string_to_metric_families(text.decode())]
+    assert parse(ours) == parse(theirs)
+
+
+def test_the_simulated_gpus_health_counters_reach_the_metrics(seed_campaign):
+    """Through the engine and the fake GPUs `demo --gpu-fault` uses: an injected ECC error shows as a counter."""
+    from cockpit.live.engine import Engine
+    from cockpit.live.fake_gpus import FakeGpus
+
+    campaign = load_campaign(seed_campaign)
+    moment = [NOW]
+    fake = FakeGpus(1, clock=lambda: moment[0])
+    engine = Engine(campaign, clock=lambda: moment[0], gpus=fake, signal_runs=False)
+    try:
+        engine.tick()
+        fake.inject("ecc", 0)
+        moment[0] += timedelta(seconds=5)
+        found = samples(exposition(engine.tick(), LabelSets.of(campaign)))
+    finally:
+        engine.close()
+    key = lambda **lab: tuple(sorted({"gpu": "0", "uuid": "GPU-simulated-0000", **lab}.items()))  # noqa: E731
+    assert found[("cockpit_gpu_ecc_errors_total", key(type="uncorrected"))] == 2
+    assert found[("cockpit_gpu_row_remap_failed", key())] == 1
+    assert ("cockpit_gpu_energy_joules_total", key()) in found

@@ -236,3 +236,26 @@ async def test_tui_shows_both_lots_and_keeps_the_second_after_its_server_stops(s
         remote_engine.close()
     logged = [e for e in RunLog(seed_campaign).read().events if e["type"] == "alert" and e.get("rule") == "lot-unreachable"]
     assert len(logged) == 1 and logged[0]["key"] == "lot-unreachable:b"
+
+
+async def test_the_help_lists_o_when_other_lots_are_shown_and_only_then(seed_campaign):
+    from cockpit.tui.app import CockpitApp
+    from cockpit.tui.screens import HelpScreen
+
+    clock = Clock(NOW)
+    campaign = load_campaign(seed_campaign)
+    lots = OtherLots([LotWatcher(LotSource("b", "http://127.0.0.1:9"), campaign_dir=seed_campaign, clock=clock, interval=60)])
+    engine = Engine(campaign, clock=clock, gpus=NoGpus())
+    app = CockpitApp(campaign, engine, engine.log, clock=clock, lots=lots, refresh_seconds=0.2)
+    try:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await pilot.pause()
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+            keys = [key.key for key in app.screen.keys]
+            assert keys.index("o") == keys.index("l") + 1
+            other = next(key for key in app.screen.keys if key.key == "o")
+            assert other.description == "Other lots" and "read-only" in other.detail
+    finally:
+        lots.close()
+        engine.close()

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from cockpit.live.snapshot import Snapshot
@@ -78,6 +78,7 @@ class Series:
     documentation: str
     labels: tuple[str, ...]
     rows: list[Row]
+    kind: str = "gauge"  # or "counter" (its name ends in `_total`)
 
 
 def series(snapshot: Snapshot, labels: LabelSets) -> list[Series]:
@@ -151,6 +152,7 @@ def _gpu_series(snapshot: Snapshot) -> list[Series]:
     names = ("gpu", "uuid")
     lost: list[Row] = []
     readings: dict[str, list[Row]] = {key: [] for key in _GPU_FAMILIES}
+    health: dict[str, list[Row]] = {key: [] for key in _HEALTH_FAMILIES}
     for gpu in snapshot.gpus:
         key = (str(gpu.index), getattr(gpu, "uuid", None) or "")
         lost.append((key, float(gpu.lost)))
@@ -167,12 +169,56 @@ def _gpu_series(snapshot: Snapshot) -> list[Series]:
             number = _number(value)
             if number is not None and not math.isnan(number):
                 readings[name].append((key, number))
-    # GPU health counters (Xid events, ECC errors, throttle time) go here, from the GPU readings
-    # once they carry them: one family each, labelled {gpu, uuid} like the ones above.
+        _health_rows(key, gpu.health, health)
     return [
         Series("cockpit_nvml_available", "1 when NVML answers, else 0.", (), [((), float(snapshot.nvml.available))]),
         Series("cockpit_gpu_lost", "1 when a GPU is lost (fallen off the bus, not answering).", names, lost),
-    ] + [Series(name, documentation, names, readings[name]) for name, documentation in _GPU_FAMILIES.items()]
+    ] + [Series(name, documentation, names, readings[name]) for name, documentation in _GPU_FAMILIES.items()] + [
+        Series(name, documentation, names + extra, health[name], kind)
+        for name, (kind, extra, documentation, _) in _HEALTH_FAMILIES.items()
+    ]
+
+
+# The GPU health counters, as NVML reports them (raw, not deltas since the lot's first sample:
+# Prometheus' rate() and increase() take the deltas and see a reset). Each: the kind, the extra
+# label, the help text and (counters field, label value) pairs. A field the GPU does not report
+# is left out, never written as 0.
+_HEALTH_FAMILIES: dict[str, tuple[str, tuple[str, ...], str, tuple[tuple[str, str], ...]]] = {
+    "cockpit_gpu_ecc_errors_total": (
+        "counter", ("type",),
+        "ECC errors in the GPU's memory, NVML's volatile count (raw: since the driver loaded; a driver reload resets it).",
+        (("ecc_corrected", "corrected"), ("ecc_uncorrected", "uncorrected"))),
+    "cockpit_gpu_remapped_rows": (
+        "gauge", ("cause",),
+        "Memory rows the GPU has remapped, by the errors that caused it (kept across reboots).",
+        (("remapped_correctable", "correctable"), ("remapped_uncorrectable", "uncorrectable"))),
+    "cockpit_gpu_row_remap_pending": (
+        "gauge", (), "1 when a row remap waits for the GPU's next reset, else 0.", (("remap_pending", ""),)),
+    "cockpit_gpu_row_remap_failed": (
+        "gauge", (), "1 when a row remap failed (the GPU is out of spare rows), else 0.", (("remap_failed", ""),)),
+    "cockpit_gpu_retired_pages": (
+        "gauge", ("cause",), "Memory pages retired (GPUs before row remapping), by the ECC errors that caused it.",
+        (("retired_pages_single", "single_bit"), ("retired_pages_double", "double_bit"))),
+    "cockpit_gpu_pcie_replays_total": (
+        "counter", (), "PCIe replays, NVML's count (raw: since the driver loaded).", (("pcie_replays", ""),)),
+    "cockpit_gpu_slowdown_seconds_total": (
+        "counter", ("reason",), "Time the GPU spent slowed down by its power or thermal limits, NVML's count (raw: since the driver loaded).",
+        (("power_slowdown_s", "power"), ("thermal_slowdown_s", "thermal"))),
+    "cockpit_gpu_energy_joules_total": (
+        "counter", (), "Energy the GPU drew, NVML's count (raw: since the driver loaded).", (("energy_j", ""),)),
+}
+
+
+def _health_rows(key: tuple[str, str], health: dict | None, rows: dict[str, list[Row]]) -> None:
+    counters = health.get("counters") if isinstance(health, dict) else None
+    if not isinstance(counters, dict):
+        return
+    for name, (_, extra, _, fields) in _HEALTH_FAMILIES.items():
+        for field, label in fields:
+            value = counters.get(field)
+            number = float(value) if isinstance(value, bool) else _number(value)
+            if number is not None and not math.isnan(number):
+                rows[name].append(((*key, label) if extra else key, number))
 
 
 _GPU_FAMILIES = {
@@ -189,7 +235,8 @@ def families(snapshot: Snapshot, labels: LabelSets) -> list[Metric]:
     """The metric families of one snapshot as prometheus_client objects (for any registry)."""
     out = []
     for item in series(snapshot, labels):
-        family = GaugeMetricFamily(item.name, item.documentation, labels=list(item.labels))
+        kind = CounterMetricFamily if item.kind == "counter" else GaugeMetricFamily
+        family = kind(item.name, item.documentation, labels=list(item.labels))
         for values, value in item.rows:
             family.add_metric(list(values), value)
         out.append(family)
@@ -251,7 +298,7 @@ def exposition(snapshot: Snapshot, labels: LabelSets) -> bytes:
     constants = _CONSTANTS
     for item in series(snapshot, labels):
         name, names = item.name, item.labels
-        add(f"# HELP {name} {item.documentation}\n# TYPE {name} gauge")
+        add(f"# HELP {name} {item.documentation}\n# TYPE {name} {item.kind}")
         if not names:
             for _, value in item.rows:
                 add(f"{name} {_value(value)}")

@@ -40,7 +40,7 @@ from cockpit.record.runlog import RunLog, RunLogError
 from cockpit.tui import format as fmt
 from cockpit.tui import terminal, toast
 from cockpit.tui.charts import ChartKeys
-from cockpit.tui.keys import APP_BINDINGS, key_help
+from cockpit.tui.keys import APP_BINDINGS, OTHER_LOTS_BINDING, key_help
 from cockpit.tui.messages import Recorded, RecordFailed, SnapshotReady, SourceFailed, VoidRequested
 from cockpit.tui.screens import (
     ConfirmScreen,
@@ -109,7 +109,7 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
         super().__init__()
         self.other_lots = lots  # the other lots' watchers (cockpit.lots.watcher.OtherLots), or None
         if lots:
-            self.bind("o", "other_lots", description="Other lots")
+            self.bind(OTHER_LOTS_BINDING.key, OTHER_LOTS_BINDING.action, description=OTHER_LOTS_BINDING.description)
         self.campaign = campaign
         self.source = source
         self.run_log = log
@@ -557,7 +557,7 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
         open_lots(self)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(key_help()))
+        self.push_screen(HelpScreen(key_help(lots=bool(self.other_lots))))
 
     async def action_quit(self) -> None:
         # A decision being written is finished first: quitting must not lose what was confirmed.

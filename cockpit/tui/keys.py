@@ -21,6 +21,16 @@ APP_BINDINGS: list[Binding] = [
 ]
 
 
-def key_help(bindings: list[Binding] | None = None) -> list[KeyHelp]:
-    """The lines of the help screen, one per key, in the order above."""
-    return [KeyHelp(b.key_display or b.key, b.description, b.tooltip) for b in (APP_BINDINGS if bindings is None else bindings)]
+# Bound only when other lots are shown (--lot, lots.toml): the help lists it then, and only then.
+OTHER_LOTS_BINDING = Binding("o", "other_lots", "Other lots", id="other_lots",
+                             tooltip="a read-only tab per other lot (--lot, lots.toml), each fed by that lot's /snapshot.json")
+
+
+def key_help(bindings: list[Binding] | None = None, *, lots: bool = False) -> list[KeyHelp]:
+    """The lines of the help screen, one per key, in the order above (`o` after `l` when `lots`)."""
+    if bindings is None:
+        bindings = list(APP_BINDINGS)
+        if lots:
+            after = next((i + 1 for i, b in enumerate(bindings) if b.key == "l"), len(bindings))
+            bindings.insert(after, OTHER_LOTS_BINDING)
+    return [KeyHelp(b.key_display or b.key, b.description, b.tooltip) for b in bindings]
