@@ -13,8 +13,8 @@ from xml.sax.saxutils import escape, quoteattr
 from cockpit.close.report import files_sentence
 from cockpit.common.files import write_atomic
 from cockpit.common.text import escape_control
-from cockpit.live.chart_data import ChartData, burndown_chart, compare_chart, run_chart
-from cockpit.live.series import SeriesView, nice_ticks, series_of, tick_text
+from cockpit.live.chart_data import ChartData, burndown_chart, compare_chart, nice_ticks, run_chart, tick_text
+from cockpit.live.series import SeriesView, series_of
 from cockpit.plan.schedule import schedule
 
 PREFIX = "chart-"  # closing/chart-compare.svg, chart-burndown.svg, chart-run-<id>.svg

@@ -14,7 +14,7 @@ from textual.widget import Widget
 
 from cockpit.common.text import escape_control
 from cockpit.live.chart_data import ChartData
-from cockpit.live.series import nice_ticks, tick_text
+from cockpit.live.chart_data import nice_ticks, tick_text
 
 Y_LABEL_WIDTH = 7
 LINE_COLOURS = 6
