@@ -213,3 +213,22 @@ async def test_demo_enter_on_v_hot_lr_shows_the_nan_and_the_stop_c_compares_b_bu
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, BurndownScreen))
     engine.close()
+
+
+async def test_the_chart_draws_nothing_twice_but_redraws_on_new_data_or_a_new_theme(seed_campaign):
+    app = _app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+        await pilot.pause()
+        chart = app.screen.query_one("#run-charts", Chart)
+        drawn = chart.render()
+        assert chart.render() is drawn  # same charts, same size, same styles: the text already drawn
+        await pilot.press("t")  # another theme: other colours
+        await pilot.pause()
+        again = chart.render()
+        assert again is not drawn and again.plain == drawn.plain
+        await pilot.press("right_square_bracket")  # another run's charts
+        await pilot.pause()
+        assert chart.render().plain != again.plain
