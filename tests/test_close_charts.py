@@ -67,3 +67,23 @@ def test_closing_again_writes_the_same_charts(tmp_path):
     close(camp, temp=tmp_path / "volatile")
     again = {p.name: p.read_bytes() for p in (camp / "closing").glob("chart-*.svg")}
     assert first == again
+
+
+def test_manifest_and_report_footer_name_the_charts(tmp_path):
+    """manifest.json's closing_files and report.md's footer list every file of the folder, the
+    chart SVGs included; summary.json's content hash does not depend on them."""
+    camp = make_campaign(tmp_path, deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1", expect_ids="data/test_ids.txt"))
+    write(camp, "out/ctrl.jsonl", predictions(IDS, "pos"))
+    _curve(camp, "ctrl-r1", 800, 0.7)
+    close(camp, temp=tmp_path / "volatile")
+    folder = camp / "closing"
+    charts = sorted(p.name for p in folder.glob("chart-*.svg"))
+    assert charts
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["closing_files"]) == {p.name for p in folder.iterdir()}  # every file there, none that is not
+    footer = (folder / "report.md").read_text().rpartition("\n---\n")[2]
+    named = footer.split("Files in this folder:", 1)[1]
+    for name in [*charts, "report.md", "summary.json", "manifest.json", "plan.toml", "runlog.jsonl", "RELOAD.md"]:
+        assert name in named, name
+    summary = json.loads((folder / "summary.json").read_text())
+    assert "chart-" not in json.dumps(summary)

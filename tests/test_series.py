@@ -11,7 +11,9 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cockpit.live.series import MAX_POINTS, ClockHistory, Downsampled, SeriesStore, nice_ticks
+from cockpit.live.chart_data import nice_ticks
+from cockpit.live.downsample import MAX_POINTS, Downsampled
+from cockpit.live.series import ClockHistory, SeriesStore
 
 values = st.one_of(
     st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),

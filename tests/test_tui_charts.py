@@ -83,6 +83,50 @@ async def test_enter_opens_the_selected_run_brackets_move_and_escape_goes_back(s
         await until(pilot, lambda: not isinstance(app.screen, RunDetailScreen))
 
 
+async def test_s_and_n_act_on_the_run_the_detail_shows_a_and_s_elsewhere_say_why(seed_campaign):
+    """On the chart screens the keys that act on a run act on the run shown, never on the runs
+    table's selection out of view; where nothing is shown to act on, the key says why."""
+    from cockpit.tui.screens import ConfirmScreen, NoteScreen, StopScreen
+    from textual.widgets import Checkbox
+
+    app = _app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+        await pilot.press("right_square_bracket")
+        assert app.screen.run_id == "v-r64" and app._runs.selected_run_id == "v-r16"
+        await pilot.press("s")
+        await until(pilot, lambda: isinstance(app.screen, StopScreen))
+        assert app.screen.run_id == "v-r64"
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NoteScreen))
+        assert app.screen.run_id == "v-r64" and app.screen.query_one("#on-run", Checkbox).value  # about the run shown
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+        await pilot.press("a")
+        await until(pilot, lambda: any("No alert is selected here" in n.message for n in app._notifications))
+        assert isinstance(app.screen, RunDetailScreen)
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.press("s")
+        await until(pilot, lambda: any("No run is shown here" in n.message for n in app._notifications))
+        await pilot.pause()
+        assert isinstance(app.screen, CompareScreen) and not isinstance(app.screen, (StopScreen, ConfirmScreen))
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NoteScreen))
+        assert app.screen.run_id is None  # a note on the campaign: no run is shown
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen))
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, CompareScreen))
+        await pilot.press("n")
+        await until(pilot, lambda: isinstance(app.screen, NoteScreen))
+        assert app.screen.run_id == "v-r16" and not app.screen.query_one("#on-run", Checkbox).value  # the runs table as before
+
+
 async def test_a_chart_screen_follows_new_snapshots(seed_campaign):
     campaign = load_campaign(seed_campaign)
     source = FakeSource(make_snapshot())
@@ -169,3 +213,22 @@ async def test_demo_enter_on_v_hot_lr_shows_the_nan_and_the_stop_c_compares_b_bu
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, BurndownScreen))
     engine.close()
+
+
+async def test_the_chart_draws_nothing_twice_but_redraws_on_new_data_or_a_new_theme(seed_campaign):
+    app = _app(seed_campaign)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.snapshot is not None)
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, RunDetailScreen))
+        await pilot.pause()
+        chart = app.screen.query_one("#run-charts", Chart)
+        drawn = chart.render()
+        assert chart.render() is drawn  # same charts, same size, same styles: the text already drawn
+        await pilot.press("t")  # another theme: other colours
+        await pilot.pause()
+        again = chart.render()
+        assert again is not drawn and again.plain == drawn.plain
+        await pilot.press("right_square_bracket")  # another run's charts
+        await pilot.pause()
+        assert chart.render().plain != again.plain

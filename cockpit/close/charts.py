@@ -10,10 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from cockpit.close.report import files_sentence
 from cockpit.common.files import write_atomic
 from cockpit.common.text import escape_control
-from cockpit.live.chart_data import ChartData, burndown_chart, compare_chart, run_chart
-from cockpit.live.series import SeriesView, nice_ticks, series_of, tick_text
+from cockpit.live.chart_data import ChartData, burndown_chart, compare_chart, nice_ticks, run_chart, tick_text
+from cockpit.live.series import SeriesView, series_of
 from cockpit.plan.schedule import schedule
 
 PREFIX = "chart-"  # closing/chart-compare.svg, chart-burndown.svg, chart-run-<id>.svg
@@ -207,9 +208,11 @@ def report_section(names: Sequence[str]) -> list[str]:
     return lines
 
 
-def with_charts(folder: Path, campaign, report: str) -> str:
-    """Write closing/chart-*.svg and return report.md with its charts section (before the
-    footer). A chart that cannot be drawn is said in the report; it never stops the closing."""
+def with_charts(folder: Path, campaign, report: str) -> tuple[str, list[str]]:
+    """Write closing/chart-*.svg; return report.md with its charts section (before the footer,
+    whose list of files then names them) and the names written, for manifest.json's
+    closing_files. A chart that cannot be drawn is said in the report; it never stops the closing."""
+    names: list[str] = []
     try:
         files = chart_files(campaign)
     except Exception as error:  # the pictures are a view: the verified closing stands without them
@@ -220,10 +223,11 @@ def with_charts(folder: Path, campaign, report: str) -> str:
                 stale.unlink(missing_ok=True)
         for name, text in files.items():
             write_atomic(folder / name, text.encode("utf-8"))
-        section = report_section(list(files))
+        names = list(files)
+        section = report_section(names)
     marker = "\n---\n"
     head, found, tail = report.rpartition(marker)
+    if names:
+        tail = tail.replace(files_sentence(), escape_control(files_sentence(names)), 1)
     text = "\n".join(escape_control(line) for line in section)
-    return f"{head}\n{text}{found}{tail}" if found else f"{report}\n{text}\n"
-
-
+    return (f"{head}\n{text}{found}{tail}" if found else f"{report}\n{text}\n"), names

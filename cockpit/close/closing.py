@@ -436,9 +436,11 @@ def _write_folder(folder: Path, closing: ClosingOutcome, runlog_bytes: bytes) ->
     write_atomic(folder / "summary.json", summary_json(closing.facts).encode("utf-8"))
     from cockpit.close.charts import with_charts  # charts (issue 20): closing/chart-*.svg, linked from report.md
 
-    write_atomic(folder / "report.md", with_charts(folder, closing.campaign, closing.report_markdown).encode("utf-8"))
+    report, charts = with_charts(folder, closing.campaign, closing.report_markdown)
+    write_atomic(folder / "report.md", report.encode("utf-8"))
     write_atomic(folder / "RELOAD.md", closing.reload_markdown.encode("utf-8"))
     write_atomic(folder / "plan.toml", closing.plan_text.encode("utf-8"))
     write_atomic(folder / RUNLOG_FILE, runlog_bytes)
-    write_atomic(folder / "manifest.json", (json.dumps(closing.manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
+    manifest = {**closing.manifest, "closing_files": [*closing.manifest["closing_files"], *charts]}
+    write_atomic(folder / "manifest.json", (json.dumps(manifest, ensure_ascii=False, indent=2) + "\n").encode("utf-8"))
 

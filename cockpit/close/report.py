@@ -3,6 +3,7 @@ the cockpit) and RELOAD.md (how to reload each accepted artifact, by its type)."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,15 @@ from cockpit.common.text import escape_control
 
 
 # ---------------------------------------------------------------- report.md
+
+
+def files_sentence(charts: Sequence[str] = ()) -> str:
+    """report.md's footer: the files of the closing folder, the charts (closing/chart-*.svg) named
+    when they were written (cockpit/close/charts.py puts this sentence, with them, in place of the
+    one rendered without them)."""
+    shown = f", and the charts {', '.join(charts)} (linked above)" if charts else ""
+    return ("Files in this folder: report.md, summary.json (the same figures as JSON), manifest.json, "
+            f"plan.toml (the plan as frozen), runlog.jsonl (the run log), RELOAD.md{shown}.")
 
 
 def _cell(value: Any) -> str:
@@ -167,9 +177,7 @@ def render_report(summary: ClosingSummary) -> str:
     lines += [
         "",
         "---",
-        f"Generated {times.generated_at} by `cockpit close`. Files in this folder: report.md, "
-        "summary.json (the same figures as JSON), manifest.json, plan.toml (the plan as frozen), "
-        "runlog.jsonl (the run log), RELOAD.md.",
+        f"Generated {times.generated_at} by `cockpit close`. {files_sentence()}",
         "",
     ]
     return "\n".join(escape_control(line) for line in lines)  # names, causes, notes: data strings

@@ -236,3 +236,40 @@ def burndown_chart(campaign, planned, series: SeriesView | None, *, pilot_due_at
         x_is_hours=True,
         notes=tuple(notes),
     )
+
+
+# ---------------------------------------------------------------- axes
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """Round tick values covering [low, high] (1, 2, 2.5 or 5 times a power of ten apart)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []
+    if high < low:
+        low, high = high, low
+    if high == low:
+        return [low]
+    raw = (high - low) / max(1, count - 1)
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    first = math.ceil(low / step - 1e-9) * step
+    ticks = []
+    value = first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    return ticks
+
+
+def tick_text(value: float) -> str:
+    """A tick label, short: 1200, 0.55, 2.5e-05, 1.2M."""
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 1e6:
+        return f"{value / 1e6:g}M"
+    if magnitude >= 1e4:
+        return f"{value / 1e3:g}k"
+    if magnitude < 1e-3:
+        return f"{value:.1e}"
+    return f"{value:.4g}"

@@ -5,6 +5,7 @@ the clock's history (committed hours remaining, as re-estimated, against the tim
 The engine feeds this module one record at a time (the same observer call the stop rules get) and
 saves it in `.cockpit/` beside the reading position, so a restart reads nothing twice. Memory is
 bounded: at most `MAX_POINTS` points a series, `MAX_MARKS` marks a run, `MAX_POINTS` clock samples.
+The downsampling of one series is cockpit/live/downsample.py; the axes' ticks, cockpit/live/chart_data.py.
 """
 
 from __future__ import annotations
@@ -16,10 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-MAX_POINTS = 1000  # per series, whatever the run's length
-# One bucket yields its minimum, its maximum and (when it held one) its first non-finite value:
-# at most 3 points a bucket, plus the series' last point.
-MAX_BUCKETS = (MAX_POINTS - 1) // 3
+from cockpit.live.downsample import MAX_POINTS, Downsampled, Point, as_step
+
 MAX_MARKS = 200  # the newest events and decisions kept per run (counts are kept for all)
 RATE_SAMPLES = 12  # (ts, step) samples kept for the recent step rate, RATE_SPACING_S apart
 RATE_SPACING_S = 30.0
@@ -29,183 +28,7 @@ CLOCK_SPACING_S = 60.0
 VIEW_EVERY_S = 3.0  # the clock is sampled at most this often at first; the spacing doubles as the lot goes on
 SERIES_VERSION = 1
 
-Point = tuple[int, float]
 Observer = Callable[[dict, int, Any], None]
-_NONFINITE_NAMES = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
-
-
-def _finite(value: float) -> bool:
-    return value - value == 0.0
-
-
-def _encode(value: float) -> float | str:
-    """Strict JSON has no NaN: non-finite values are saved by name."""
-    if value != value:
-        return "nan"
-    if value in (math.inf, -math.inf):
-        return "inf" if value > 0 else "-inf"
-    return value
-
-
-def _decode(value: Any) -> float:
-    if isinstance(value, str):
-        return _NONFINITE_NAMES[value]
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError("not a number")
-    return float(value)
-
-
-class Downsampled:
-    """One series of (step, value), min/max-bucketed: consecutive points fall into buckets of
-    `width` points; when there are too many buckets, neighbours merge and the width doubles.
-    Each bucket keeps its minimum and its maximum (every extreme at the bucket's resolution, the
-    series' own minimum and maximum exactly) and its first non-finite value (a NaN is never
-    averaged away); the last point is always kept as it came."""
-
-    __slots__ = ("max_buckets", "width", "buckets", "count", "last", "_prefix", "_prefix_count", "_prefix_of")
-
-    def __init__(self, max_points: int = MAX_POINTS):
-        if max_points < 4:
-            raise ValueError("a series needs room for at least 4 points")
-        self.max_buckets = (max_points - 1) // 3
-        self.width = 1  # input points a bucket holds
-        # [first_step, last_step, count, min_step, min_value, max_step, max_value, nonfinite (step, value) | None]
-        self.buckets: list[list[Any]] = []
-        self.count = 0
-        self.last: Point | None = None
-        # The points of the closed buckets (all but the last), kept between views: only a merge
-        # (which makes a new bucket list) changes them, so a view each tick costs the open bucket only.
-        self._prefix: tuple[Point, ...] = ()
-        self._prefix_count = 0
-        self._prefix_of: list | None = None
-
-    def add(self, step: int, value: float) -> None:
-        self.count += 1
-        self.last = (step, value)
-        buckets = self.buckets
-        bucket = buckets[-1] if buckets else None
-        if bucket is None or bucket[2] >= self.width:
-            bucket = [step, step, 0, None, None, None, None, None]
-            buckets.append(bucket)
-            if len(buckets) > self.max_buckets:
-                self._merge()
-                bucket = self.buckets[-1]
-        bucket[1] = step
-        bucket[2] += 1
-        if value - value == 0.0:
-            if bucket[4] is None:
-                bucket[3] = bucket[5] = step
-                bucket[4] = bucket[6] = value
-            elif value < bucket[4]:
-                bucket[3], bucket[4] = step, value
-            elif value > bucket[6]:
-                bucket[5], bucket[6] = step, value
-        elif bucket[7] is None:
-            bucket[7] = (step, value)
-
-    def _merge(self) -> None:
-        old = self.buckets
-        merged: list[list[Any]] = []
-        for index in range(0, len(old) - 1, 2):
-            merged.append(_merge_two(old[index], old[index + 1]))
-        if len(old) % 2:
-            merged.append(old[-1])
-        self.buckets = merged
-        self.width *= 2
-
-    def points(self) -> tuple[Point, ...]:
-        """The kept points in the order they came: per bucket its extremes and its non-finite value,
-        then the last point (once)."""
-        buckets = self.buckets
-        closed = len(buckets) - 1 if buckets else 0
-        if self._prefix_of is not buckets or self._prefix_count > closed:
-            self._prefix, self._prefix_count, self._prefix_of = (), 0, buckets
-        if self._prefix_count < closed:
-            extra: list[Point] = []
-            for bucket in buckets[self._prefix_count:closed]:
-                extra.extend(_bucket_points(bucket))
-            self._prefix += tuple(extra)
-            self._prefix_count = closed
-        out = list(_bucket_points(buckets[-1])) if buckets else []
-        last = self.last
-        tail = out[-1] if out else (self._prefix[-1] if self._prefix else None)
-        if last is not None and (tail is None or not _same_point(tail, last)):
-            out.append(last)
-        return self._prefix + tuple(out)
-
-    def spans(self) -> list[tuple[int, int, int]]:
-        """(first step, last step, points) of each bucket: what each kept extreme stands for."""
-        return [(b[0], b[1], b[2]) for b in self.buckets]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "width": self.width,
-            "count": self.count,
-            "last": None if self.last is None else [self.last[0], _encode(self.last[1])],
-            "buckets": [
-                [b[0], b[1], b[2], b[3], b[4], b[5], b[6], None if b[7] is None else [b[7][0], _encode(b[7][1])]]
-                for b in self.buckets
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], max_points: int = MAX_POINTS) -> "Downsampled":
-        series = cls(max_points)
-        width, count = data["width"], data["count"]
-        if type(width) is not int or width < 1 or type(count) is not int or count < 0:
-            raise ValueError("width/count")
-        series.width, series.count = width, count
-        last = data.get("last")
-        series.last = None if last is None else (_step(last[0]), _decode(last[1]))
-        buckets = []
-        for item in data["buckets"]:
-            first, final, n, min_step, min_value, max_step, max_value, nonfinite = item
-            if min_value is not None:
-                min_value, max_value = _decode(min_value), _decode(max_value)
-                min_step, max_step = _step(min_step), _step(max_step)
-            buckets.append([
-                _step(first), _step(final), int(n), min_step, min_value, max_step, max_value,
-                None if nonfinite is None else (_step(nonfinite[0]), _decode(nonfinite[1])),
-            ])
-        if len(buckets) > series.max_buckets:
-            raise ValueError("more buckets than allowed")
-        series.buckets = buckets
-        return series
-
-
-def _bucket_points(bucket: list[Any]) -> list[Point]:
-    kept: list[tuple[int, Point]] = []
-    if bucket[4] is not None:
-        kept.append((0, (bucket[3], bucket[4])))
-        if bucket[5] != bucket[3] or bucket[6] != bucket[4]:
-            kept.append((0, (bucket[5], bucket[6])))
-    if bucket[7] is not None:
-        kept.append((1, bucket[7]))
-    kept.sort(key=lambda item: (item[1][0], item[0]))
-    return [point for _, point in kept]
-
-
-def _step(value: Any) -> int:
-    if type(value) is not int:
-        raise TypeError("step")
-    return value
-
-
-def _same_point(a: Point, b: Point) -> bool:
-    return a[0] == b[0] and (a[1] == b[1] or (a[1] != a[1] and b[1] != b[1]))
-
-
-def _merge_two(a: list[Any], b: list[Any]) -> list[Any]:
-    merged = [a[0], b[1], a[2] + b[2], a[3], a[4], a[5], a[6], a[7] if a[7] is not None else b[7]]
-    if b[4] is not None:
-        if merged[4] is None:
-            merged[3:7] = b[3:7]
-        else:
-            if b[4] < merged[4]:
-                merged[3], merged[4] = b[3], b[4]
-            if b[6] > merged[6]:
-                merged[5], merged[6] = b[5], b[6]
-    return merged
 
 
 # ---------------------------------------------------------------- a run's series and marks
@@ -425,7 +248,7 @@ class RunSeries:
                               float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None, str(text)))
         counts = {str(k): int(v) for k, v in (data.get("counts") or {}).items()}
         last_step = data.get("last_step")
-        self.rate = deque(((float(ts), _step(step)) for ts, step in data.get("rate", [])), maxlen=RATE_SAMPLES)
+        self.rate = deque(((float(ts), as_step(step)) for ts, step in data.get("rate", [])), maxlen=RATE_SAMPLES)
         self.series, self.lines, self.stream_marks, self.stream_counts = series, lines, marks, counts
         self._pairs = tuple(series.items())
         self._marks_changed += 1
@@ -613,40 +436,3 @@ def series_of(campaign: Any) -> SeriesView:
         events = []
     store.take_log(events, parse_ts)
     return store.view()
-
-
-# ---------------------------------------------------------------- axes
-
-
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering [low, high] (1, 2, 2.5 or 5 times a power of ten apart)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return []
-    if high < low:
-        low, high = high, low
-    if high == low:
-        return [low]
-    raw = (high - low) / max(1, count - 1)
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
-    first = math.ceil(low / step - 1e-9) * step
-    ticks = []
-    value = first
-    while value <= high + step * 1e-9:
-        ticks.append(round(value, 12))
-        value += step
-    return ticks
-
-
-def tick_text(value: float) -> str:
-    """A tick label, short: 1200, 0.55, 2.5e-05, 1.2M."""
-    if value == 0:
-        return "0"
-    magnitude = abs(value)
-    if magnitude >= 1e6:
-        return f"{value / 1e6:g}M"
-    if magnitude >= 1e4:
-        return f"{value / 1e3:g}k"
-    if magnitude < 1e-3:
-        return f"{value:.1e}"
-    return f"{value:.4g}"

@@ -395,11 +395,13 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
         return True
 
     def _selected_run(self) -> tuple[str | None, RunView | None]:
-        run_id = self._runs.selected_run_id
+        run_id = self.run_on_screen()  # on a run detail screen, the run it shows
         run = self.snapshot.run(run_id) if self.snapshot is not None and run_id is not None else None
         return run_id, run
 
     def action_stop(self) -> None:
+        if self.chart_screen_refuses("stop"):
+            return
         run_id, run = self._selected_run()
         if run_id is None:
             self.notify("No run selected: the runs table is empty.", severity="warning")
@@ -434,6 +436,8 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
         )
 
     def action_acknowledge(self) -> None:
+        if self.chart_screen_refuses("acknowledge"):
+            return
         alerts = self._alerts
         alert = alerts.selected_alert
         if alert is None:
@@ -475,7 +479,7 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
 
     def action_note(self) -> None:
         run_id, _ = self._selected_run()
-        self.push_screen(NoteScreen(run_id), self._note_written)
+        self.push_screen(NoteScreen(run_id, on_run=self.showing_run_detail()), self._note_written)
 
     def _note_written(self, request: NoteRequest | None) -> None:
         if request is None:

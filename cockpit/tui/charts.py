@@ -50,7 +50,9 @@ class ChartScreen(Screen[None]):
         self.campaign = app_campaign
         self.snapshot = snapshot
 
-    KEYS_HINT = "Esc back · c compare · b burn-down · q quit"
+    # The keys that act on a run or an alert act on what this screen shows (`s`, `n` on the run
+    # detail's run), or say why not: never on the runs table's selection, out of view.
+    KEYS_HINT = "Esc back · n note · c compare · b burn-down · q quit"
 
     def on_mount(self) -> None:
         if self.snapshot is not None:
@@ -77,7 +79,7 @@ class RunDetailScreen(ChartScreen):
         Binding("right_square_bracket", "next", "Next run", id="charts.next", key_display="]", tooltip="the next run"),
     ]
 
-    KEYS_HINT = "Esc back · [ ] previous/next run · c compare · b burn-down · q quit"
+    KEYS_HINT = "Esc back · [ ] other run · s stop · n note · c compare · b burn-down · q quit"
 
     def __init__(self, campaign: Any, snapshot: Snapshot | None, run_id: str) -> None:
         super().__init__(campaign, snapshot)
@@ -254,6 +256,34 @@ class ChartKeys:
         if screen.is_mounted and self.snapshot is not None:  # type: ignore[attr-defined]
             screen.show(self.snapshot)  # type: ignore[attr-defined]
         self.push_screen(name)  # type: ignore[attr-defined]
+
+    def run_on_screen(self) -> str | None:
+        """The run `s` and `n` act on: the one a run detail screen shows; none on the compare and
+        burn-down screens (a note there is on the campaign); else the runs table's selection."""
+        screen = self.screen  # type: ignore[attr-defined]
+        if isinstance(screen, RunDetailScreen):
+            return screen.run_id
+        if isinstance(screen, ChartScreen):
+            return None
+        return self._runs.selected_run_id  # type: ignore[attr-defined]
+
+    def showing_run_detail(self) -> bool:
+        return isinstance(self.screen, RunDetailScreen)  # type: ignore[attr-defined]
+
+    def chart_screen_refuses(self, action: str) -> bool:
+        """On a chart screen, `a` (no alert is selected there) and, where no run is shown, `s` say
+        why and act on nothing, rather than on a selection out of view."""
+        screen = self.screen  # type: ignore[attr-defined]
+        if not isinstance(screen, ChartScreen):
+            return False
+        if action == "acknowledge":
+            why = "No alert is selected here: Esc back to the runs, select the alert there, then a."
+        elif action == "stop" and not isinstance(screen, RunDetailScreen):
+            why = "No run is shown here: Enter on a run opens its detail, where s stops it (Esc back to the runs)."
+        else:
+            return False
+        self.notify(why, title="not on this screen", severity="warning", timeout=6, markup=False)  # type: ignore[attr-defined]
+        return True
 
     def action_run_detail(self) -> None:
         if self._modal_open():  # type: ignore[attr-defined]

@@ -343,9 +343,10 @@ class DecisionScreen(Dialog):
 class NoteScreen(Dialog):
     """A note: an explained deviation from the plan, on the campaign or on the selected run."""
 
-    def __init__(self, run_id: str | None) -> None:
+    def __init__(self, run_id: str | None, on_run: bool = False) -> None:
         super().__init__()
         self.run_id = run_id
+        self.on_run = on_run  # opened from the run's detail screen: about that run unless unticked
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog") as dialog:
@@ -353,7 +354,7 @@ class NoteScreen(Dialog):
             yield Static("What deviated from the plan, and why — Enter to record", classes="dialog--label", markup=False)
             yield self.text_input("e.g. v-r16 relaunched as v-r16b after a tokenizer fix", "text")
             if self.run_id is not None:
-                yield StateCheckbox(Content(f"about run {escape_control(self.run_id)}"), value=False, id="on-run", compact=True)
+                yield StateCheckbox(Content(f"about run {escape_control(self.run_id)}"), value=self.on_run, id="on-run", compact=True)
             yield Static("", classes="dialog--error", markup=False)
             hint = "Enter records · Esc cancels" + (" · Tab, then Space: attach to the run" if self.run_id else "")
             yield Static(hint, classes="dialog--hint", markup=False)

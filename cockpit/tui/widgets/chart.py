@@ -14,7 +14,7 @@ from textual.widget import Widget
 
 from cockpit.common.text import escape_control
 from cockpit.live.chart_data import ChartData
-from cockpit.live.series import nice_ticks, tick_text
+from cockpit.live.chart_data import nice_ticks, tick_text
 
 Y_LABEL_WIDTH = 7
 LINE_COLOURS = 6
@@ -54,6 +54,9 @@ class Chart(Widget):
     def __init__(self, data: ChartData | None = None, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self._charts: tuple[ChartData, ...] = (data,) if data is not None else ()
+        # The text last drawn and what it was drawn from: a screen shown again, or a refresh with
+        # nothing new (same charts, same size, same styles), draws nothing twice.
+        self._drawn: tuple[tuple[ChartData, ...], int, int, Text] | None = None
 
     @property
     def data(self) -> ChartData | None:
@@ -69,9 +72,21 @@ class Chart(Widget):
             self._charts = charts
             self.refresh()
 
+    def notify_style_update(self) -> None:
+        self._drawn = None  # a theme or class change: the styles the text was drawn with are gone
+        super().notify_style_update()
+
     def render(self) -> Text:
         charts = self._charts
         width, height = self.size.width, self.size.height
+        drawn = self._drawn
+        if drawn is not None and drawn[0] is charts and drawn[1] == width and drawn[2] == height:
+            return drawn[3]
+        text = self._draw(charts, width, height)
+        self._drawn = (charts, width, height, text)
+        return text
+
+    def _draw(self, charts: tuple[ChartData, ...], width: int, height: int) -> Text:
         if not charts or height < 4:
             return Text("")
         gap = 2
