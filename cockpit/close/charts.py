@@ -51,16 +51,11 @@ class _Panel:
     def draw(self) -> list[str]:
         data = self.data
         out = [f'<text x="{LEFT}" y="{_number(self.top + 20)}" class="title">{_text(data.title)}</text>']
-        x_range, y_range = data.x_range(), data.y_range()
-        if data.empty or x_range is None:
+        bounds = data.plot_bounds()
+        if bounds is None:
             out.append(f'<text x="{LEFT}" y="{_number(self.top + 60)}" class="note">{_text(data.empty_text)}</text>')
             return out
-        x0, x1 = x_range
-        if x1 == x0:
-            x1 = x0 + 1.0
-        y0, y1 = y_range if y_range is not None else (0.0, 1.0)
-        pad = (y1 - y0) * 0.04
-        y0, y1 = y0 - pad, y1 + pad
+        x0, x1, y0, y1 = bounds
         left, right, top, bottom = self.plot_left, self.plot_right, self.plot_top, self.plot_bottom
 
         def sx(x: float) -> float:

@@ -96,6 +96,19 @@ class ChartData:
             return low - pad, high + pad
         return low, high
 
+    def plot_bounds(self) -> tuple[float, float, float, float] | None:
+        """(x0, x1, y0, y1) as drawn, on screen and in the SVGs: an x range of one point widened to
+        one step, the y range padded by 4 % each side; None when there is nothing to draw."""
+        x_range, y_range = self.x_range(), self.y_range()
+        if self.empty or x_range is None:
+            return None
+        x0, x1 = x_range
+        if x1 == x0:
+            x1 = x0 + 1.0
+        y0, y1 = y_range if y_range is not None else (0.0, 1.0)
+        pad = (y1 - y0) * 0.04
+        return x0, x1, y0 - pad, y1 + pad
+
 
 def _finite(points: tuple[Point, ...]) -> tuple[tuple[float, float], ...]:
     return tuple((float(s), v) for s, v in points if math.isfinite(v))

@@ -116,17 +116,12 @@ def render_lines(data: ChartData, width: int, height: int, style=lambda name: St
     legend = _legend(data, width, style)
     rows = max(2, height - 3 - len(legend))  # title, x axis, x labels, legend
     columns = max(4, width - Y_LABEL_WIDTH - 1)
-    x_range, y_range = data.x_range(), data.y_range()
-    if data.empty or x_range is None:
+    bounds = data.plot_bounds()
+    if bounds is None:
         lines = [title, Text(escape_control(data.empty_text)[:width], style=style("empty"))]
         lines += [Text("") for _ in range(height - len(lines))]
         return lines[:height]
-    x0, x1 = x_range
-    if x1 == x0:
-        x1 = x0 + 1.0
-    y0, y1 = y_range if y_range is not None else (0.0, 1.0)
-    pad = (y1 - y0) * 0.04
-    y0, y1 = y0 - pad, y1 + pad
+    x0, x1, y0, y1 = bounds
     chars = [[" "] * columns for _ in range(rows)]
     styles: list[list[str | None]] = [[None] * columns for _ in range(rows)]
     axis_chars = ["─"] * columns
