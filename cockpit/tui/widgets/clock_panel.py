@@ -52,16 +52,67 @@ class ClockPanel(TextLines):
         super().__init__(id=id)
         self._clock: ClockView | None = None
         self._lot: LotView | None = None
+        self._shown: tuple[object, ...] | None = None  # what the lines were last built from
 
     def show(self, clock: ClockView, lot: LotView) -> None:
-        if (clock, lot) != (self._clock, self._lot):
-            self._clock, self._lot = clock, lot
-            self.update_lines()  # most ticks change one line (time left) or none
+        if (clock, lot) == (self._clock, self._lot):
+            return
+        self._clock, self._lot = clock, lot
+        shown = self._shown_values(self.size.width)
+        if shown is not None and shown == self._shown:
+            return  # the clock moved, but nothing it shows did (most seconds): build nothing
+        self._shown = shown
+        self.update_lines()  # most ticks that get here change one line (time left)
+
+    def _shown_values(self, width: int) -> tuple[object, ...] | None:
+        """Every value `_text` draws, formatted as drawn (None: not laid out or no clock yet).
+        Equal values give equal lines, so `show` can skip building them; it errs on the side of
+        building (a value here that `_text` does not draw only costs a rebuild)."""
+        clock, lot = self._clock, self._lot
+        if clock is None or width <= 0:
+            return None
+        width = max(20, width)
+        bar_width = max(4, width - LABEL_WIDTH - VALUE_WIDTH - 1)
+        projected_total = None
+        if clock.projected_finish is not None and lot is not None and lot.start is not None:
+            projected_total = (clock.projected_finish - lot.start).total_seconds() / 3600
+        scale = max(v for v in (clock.window_hours, clock.committed_hours, clock.elapsed_hours or 0, projected_total or 0, 1e-9))
+        bars = []
+        for value, limit in ((clock.elapsed_hours, clock.window_hours), (clock.committed_hours, clock.window_hours), (clock.window_hours, None)):
+            filled = 0 if value is None else min(bar_width, int(round(max(0.0, value) / scale * bar_width)))
+            within = filled
+            if limit is not None and value is not None and value > limit:
+                within = min(filled, int(round(limit / scale * bar_width)))
+            bars.append((filled, within, fmt.hours(value)))
+        starts_in = None
+        if lot is not None and lot.start is not None and clock.now < lot.start:
+            starts_in = fmt.duration((lot.start - clock.now).total_seconds() / 3600)
+        tall = self.size.height >= 7
+        span = None
+        if tall and lot is not None and lot.start is not None:
+            span = (fmt.local_time(lot.start, clock.now), fmt.local_time(lot.end, clock.now))
+        return (
+            width,
+            tall,
+            lot,
+            tuple(bars),
+            clock.started,
+            fmt.duration(clock.remaining_hours) if clock.remaining_hours is not None else None,
+            starts_in,
+            clock.message,
+            clock.uncommitted_hours >= 0,
+            fmt.hours(abs(clock.uncommitted_hours)),
+            fmt.local_time(clock.projected_finish, clock.now),
+            clock.fits,
+            span,
+            fmt.hours(clock.committed_remaining_hours) if clock.committed_remaining_hours is not None else None,
+        )
 
     def _style(self, name: str) -> Style:
         return self.component_style(f"clock-panel--{name}")
 
     def build_lines(self, width: int) -> list[Text]:
+        self._shown = self._shown_values(width)
         return list(self._text(width).split("\n"))
 
     def _text(self, width: int) -> Text:

@@ -30,10 +30,12 @@ class GpuPanel(VerticalScroll):
         self._title: str | None = None
         self._gpu_count = 0
         self._rows: dict[str, GpuRow] = {}  # by widget id; kept here, not queried every second
+        self._status = Static("", id="nvml-status", markup=False)  # likewise, the two fixed children
+        self._host = HostLine(id="host")
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="nvml-status", markup=False)
-        yield HostLine(id="host")
+        yield self._status
+        yield self._host
 
     def show(self, nvml: NvmlView, gpus: tuple[GpuView, ...], host: HostView | None) -> None:
         simulated = nvml.simulated or any(g.simulated for g in gpus)
@@ -45,7 +47,7 @@ class GpuPanel(VerticalScroll):
 
         if nvml != self._nvml:
             self._nvml = nvml
-            status = self.query_one("#nvml-status", Static)
+            status = self._status
             lines = []
             if not nvml.available:
                 reason = (nvml.reason or "no reason given").strip()
@@ -77,7 +79,7 @@ class GpuPanel(VerticalScroll):
         self._gpu_count = len(wanted)
         self._fit_rows()
 
-        self.query_one(HostLine).show(host)
+        self._host.show(host)
 
     def on_resize(self) -> None:
         self._fit_rows()
@@ -104,7 +106,7 @@ class GpuPanel(VerticalScroll):
     def _fit_rows(self) -> None:
         """Two lines per GPU when they all fit, else one (8 GPUs at 80×24); scroll beyond that."""
         height = self.content_size.height
-        status = self.query_one("#nvml-status", Static)
+        status = self._status
         status_lines = status.outer_size.height if status.has_class("-shown") else 0
         # a lost or slowed GPU takes a third line (a power cap is common on a loaded GPU); MIG,
         # health counters and container processes take theirs

@@ -52,6 +52,11 @@ class LotHeader(TextLines):
         self._status: tuple[str, str] = ("waiting for the first sample…", "muted")
         self._pilot_due: datetime | None = None
         self._window_alert: tuple[str, str, int] | None = None  # (message, severity, how many more)
+        self._second: tuple[tuple[object, ...], Text] | None = None  # the second line and what it shows
+
+    def notify_style_update(self) -> None:
+        self._second = None  # a new theme: its colours
+        super().notify_style_update()
 
     def show_window_alert(self, message: str | None, severity: str = "warning", more: int = 0) -> None:
         """Pin the most urgent lot-window alert on the second line (None: the lot's facts again)."""
@@ -88,6 +93,20 @@ class LotHeader(TextLines):
         if question:
             first.append("  " + escape_control(question), muted)
 
+        status = Text(" " + status_text, status_style, no_wrap=True, end="")
+        room = max(0, width - status.cell_len)
+        if first.cell_len > room:
+            first.truncate(room, overflow="ellipsis")
+        first.append(" " * (room - first.cell_len))
+        return [first + status, self._second_line()]
+
+    def _second_line(self) -> Text:
+        """The lot's facts or the pinned alert: the same Text while they stay the same (the status
+        on the first line changes every second; this line, hardly ever)."""
+        shown = (self._window_alert, self._lot, self._pilot_due)
+        if self._second is not None and self._second[0] == shown:
+            return self._second[1]
+        muted = self.component_style("lot-header--muted")
         second = Text(no_wrap=True, overflow="ellipsis", end="")
         lot = self._lot
         if self._window_alert is not None:
@@ -110,10 +129,5 @@ class LotHeader(TextLines):
                 second.append(" · no start date: the lot's end is unknown", muted)
             if self._pilot_due is not None:
                 second.append(" · PILOT DECISION DUE (d)", self.component_style("lot-header--warning"))
-
-        status = Text(" " + status_text, status_style, no_wrap=True, end="")
-        room = max(0, width - status.cell_len)
-        if first.cell_len > room:
-            first.truncate(room, overflow="ellipsis")
-        first.append(" " * (room - first.cell_len))
-        return [first + status, second]
+        self._second = (shown, second)
+        return second
