@@ -1289,3 +1289,42 @@ async def test_nvml_strings_in_the_health_lines_are_escaped(seed_campaign):
         await started(app, pilot)
         shown = " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
         assert "\x1b" not in shown and "pid 5 (container)" in shown
+
+
+async def test_the_clock_panel_builds_nothing_while_what_it_shows_stays_the_same(seed_campaign, monkeypatch):
+    """Idle CPU: a second later the clock's hours moved, but nothing it draws did; two minutes
+    later "left" changed, and only that line is repainted."""
+    from cockpit.tui.widgets.clock_panel import ClockPanel
+
+    snapshot = make_snapshot()
+    app = make_app(seed_campaign, source=FakeSource(snapshot))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await started(app, pilot)
+        panel = app.query_one(ClockPanel)
+        built: list[int] = []
+        original = ClockPanel.build_lines
+        monkeypatch.setattr(ClockPanel, "build_lines", lambda self, width: (built.append(width), original(self, width))[1])
+        before = [line.plain for line in panel._lines]
+
+        def later(seconds: float):
+            clock = snapshot.clock
+            return replace(
+                snapshot,
+                taken_at=snapshot.taken_at + timedelta(seconds=seconds),
+                clock=replace(
+                    clock,
+                    now=clock.now + timedelta(seconds=seconds),
+                    elapsed_hours=clock.elapsed_hours + seconds / 3600,
+                    remaining_hours=clock.remaining_hours - seconds / 3600,
+                ),
+            )
+
+        app.apply_snapshot(later(1))
+        await pilot.pause()
+        assert built == [] and [line.plain for line in panel._lines] == before
+        app.apply_snapshot(later(120))
+        await pilot.pause()
+        after = [line.plain for line in panel._lines]
+        assert len(built) == 1 and after != before
+        assert [y for y, (a, b) in enumerate(zip(after, before)) if a != b] == [3]  # "left 45h28m"
+        assert "left 45h28m" in after[3]
