@@ -256,12 +256,7 @@ class RunReporter:
 
     def close(self) -> None:
         with self._lock:
-            if self._fd is not None:
-                try:
-                    os.close(self._fd)
-                except OSError:
-                    pass
-                self._fd = None
+            self._close_quietly()
 
     @property
     def pending_lines(self) -> int:
