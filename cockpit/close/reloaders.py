@@ -71,11 +71,16 @@ def detect_format(path: Path) -> str:
 
 
 
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> str:
+    """The cause every text reloader gives for a file that is not UTF-8: where its first bad byte is."""
+    return f"{path.name} is not UTF-8 text (byte {error.start})"
+
+
 def _reload_json(path: Path, timeout: float) -> tuple[bool | None, str]:
     try:
         json.loads(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError as error:
-        return False, f"{path.name} is not UTF-8 text (byte {error.start})"
+        return False, _not_utf8(path, error)
     except json.JSONDecodeError as error:
         return False, f"{path.name} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
     except (ValueError, RecursionError) as error:
@@ -107,7 +112,7 @@ def _reload_csv(path: Path, timeout: float, delimiter: str = ",") -> tuple[bool 
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        return False, f"{path.name} is not UTF-8 text (byte {error.start})"
+        return False, _not_utf8(path, error)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     header: list[str] | None = None
     rows = 0
@@ -138,7 +143,7 @@ def _reload_text(path: Path, timeout: float) -> tuple[bool | None, str]:
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        return False, f"{path.name} is not UTF-8 text (byte {error.start})"
+        return False, _not_utf8(path, error)
     if not text.strip():
         return False, f"{path.name} holds only blank space"
     return True, f"readable UTF-8 text ({plural(len(text.splitlines()), 'line')})"
@@ -148,7 +153,7 @@ def _reload_toml(path: Path, timeout: float) -> tuple[bool | None, str]:
     try:
         tomllib.loads(path.read_bytes().decode("utf-8-sig"))
     except UnicodeDecodeError as error:
-        return False, f"{path.name} is not UTF-8 text (byte {error.start})"
+        return False, _not_utf8(path, error)
     except tomllib.TOMLDecodeError as error:
         return False, f"{path.name} is not valid TOML: {error}"
     return True, "parses as TOML"
