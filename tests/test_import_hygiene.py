@@ -67,3 +67,19 @@ def test_the_reload_child_imports_nothing_heavy_and_parses_as_older_python(tmp_p
     answer, loaded = result.stdout.strip().splitlines()[-2:]
     assert '"ok": true' in answer and '"tensor_count": 1' in answer
     assert loaded == "['cockpit', 'cockpit.checkpoints', 'cockpit.checkpoints.headers', 'cockpit.resume', 'cockpit.resume.reload_child']"
+
+
+def test_pickle_is_used_only_to_read_checkpoints():
+    """The cockpit keeps none of its own data as pickles (a pickle runs code when it is loaded):
+    only the checkpoint scanner reads them, with its own inert unpickler, and verify-resume's child
+    loads a checkpoint through an unpickler that admits only the globals vetted in the file."""
+    import ast
+
+    allowed = {"checkpoints/scan.py", "resume/reload_child.py"}
+    users = set()
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(name.split(".")[0] in ("pickle", "cPickle", "dill", "cloudpickle", "shelve") for name in names):
+                users.add(path.relative_to(CORE).as_posix())
+    assert users == allowed

@@ -13,7 +13,6 @@ import io
 import itertools
 import json
 import os
-import pickle
 import secrets
 import subprocess
 import struct
@@ -438,8 +437,8 @@ def compare_id_files(expected: Path, present: Path) -> IdsComparison:
 # ---------------------------------------------------------------- helper processes
 #
 # Each helper is a fresh interpreter (never a fork: the caller may run threads), started with the
-# same PYTHONHASHSEED so that both hash an id alike, fed pickled requests on its stdin and answering
-# on its stdout. A helper writes a file's hashes to a temporary file (batch after batch, each
+# same PYTHONHASHSEED so that both hash an id alike, fed requests on its stdin and answering on its
+# stdout, one JSON document a line (plain data: nothing a helper reads can run code). A helper writes a file's hashes to a temporary file (batch after batch, each
 # sorted by bucket) and an index of where each piece lies, so no process holds both files' hashes:
 # the other helper reads the pieces of its buckets back with pread(2).
 
@@ -478,15 +477,14 @@ class _Worker:
 
     def send(self, *request: Any) -> None:
         try:
-            pickle.dump(request, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            self.process.stdin.flush()
+            _write_message(self.process.stdin, request)
         except OSError as error:
             raise _WorkersFailed(f"a helper stopped: {error}") from None
 
     def answer(self, side: str) -> Any:
         try:
-            kind, value = pickle.load(self.process.stdout)
-        except (EOFError, OSError, pickle.UnpicklingError) as error:
+            kind, value = _read_message(self.process.stdout)
+        except (EOFError, OSError, ValueError) as error:
             raise _WorkersFailed(f"a helper stopped: {error}") from None
         if kind == "ids":
             raise IdsFileError(value, side)
@@ -564,13 +562,27 @@ def _run_workers(workers: list[_Worker], folder: Path, expected: Path, present: 
     return IdsComparison(unique, missing, names)
 
 
+def _write_message(stream: Any, message: Any) -> None:
+    stream.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+    stream.flush()
+
+
+def _read_message(stream: Any) -> Any:
+    """One message; EOFError when the other side closed, ValueError when the line is not JSON.
+    Tuples come back as lists, which the readers unpack alike."""
+    line = stream.readline()
+    if not line:
+        raise EOFError("no answer")
+    return json.loads(line)
+
+
 def _serve() -> None:
-    """A helper's loop: one pickled request in, one pickled (kind, value) answer out."""
+    """A helper's loop: one request in, one (kind, value) answer out, a JSON line each."""
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     handlers = {"hash": _serve_hash, "compare": _serve_compare, "names": _serve_names}
     while True:
         try:
-            name, *arguments = pickle.load(requests)
+            name, *arguments = _read_message(requests)
         except EOFError:
             return
         try:
@@ -579,8 +591,7 @@ def _serve() -> None:
             answer = ("ids", str(error))
         except BaseException:  # noqa: BLE001 - a bug is reported to the caller, which does the work itself
             answer = ("bug", traceback.format_exc())
-        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
-        answers.flush()
+        _write_message(answers, answer)
 
 
 def _apply(settings: tuple[int, int]) -> None:
@@ -626,7 +637,7 @@ def _pieces(handle: Any, index: array, bucket: int) -> tuple[list[array], list[i
     return pieces, batches
 
 
-def _serve_compare(hashed: list[str], first_bucket: int, step: int, target: str) -> tuple[int, int, set[int]]:
+def _serve_compare(hashed: list[str], first_bucket: int, step: int, target: str) -> tuple[int, int, list[int]]:
     """Buckets first_bucket, first_bucket + step, …: (distinct expected, missing, the first batches
     holding a missing one); the missing hashes into `target` (by bucket) and `target`.index."""
     indexes = [_read_index(path) for path in hashed]
@@ -646,7 +657,7 @@ def _serve_compare(hashed: list[str], first_bucket: int, step: int, target: str)
             index[bucket + 1] = count
     with open(target + ".index", "wb") as out:
         out.write(index)
-    return unique, count, holding
+    return unique, count, sorted(holding)
 
 
 def _serve_names(source: str, missing_files: list[str], spans: list[Span] | None, settings: tuple[int, int]) -> list[str]:
