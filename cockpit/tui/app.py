@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -121,6 +122,8 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
         self._constructed = perf_counter()
         self.tick_lock = threading.Lock()  # held during a tick: take it before closing the source
         self._poll_timer: Timer | None = None
+        self._tick_requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._tick_thread: threading.Thread | None = None
         self._previous_alerts: dict[str, int | None] | None = None
         # Acknowledgements on disk that the engine's snapshots do not show yet (a tick under way
         # while it was written): set on the alerts of each snapshot until the engine says so too.
@@ -225,19 +228,31 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
             return
         self._tick()
 
-    @work(thread=True, exclusive=True, group="poll", exit_on_error=False, name="tick")
     def _tick(self) -> None:
-        """In a thread: one blocking tick of the source, posted back as a message. The next one is
-        started only once this one's message arrived; exclusive, so there is never a second."""
-        try:
-            with self.tick_lock:
-                snapshot = self.source.tick()
-        except Exception as error:  # the engine's failure is shown, and the next tick retried
-            message: SnapshotReady | SourceFailed = SourceFailed(error)
-        else:
-            message = SnapshotReady(snapshot)
-        if not get_current_worker().is_cancelled:
-            self.post_message(message)
+        """Ask the tick thread for one tick. The next one is asked for only once this one's
+        message arrived, so there is never a second under way."""
+        if self._tick_thread is None:
+            self._tick_thread = threading.Thread(target=self._tick_loop, name="cockpit-tick", daemon=True)
+            self._tick_thread.start()
+        self._tick_requests.put(True)
+
+    def _tick_loop(self) -> None:
+        """In one long-lived thread: each request, one blocking tick of the source, posted back as
+        a message (a Textual worker per tick cost a thread hand-off and three state messages a
+        second); False ends it."""
+        while self._tick_requests.get():
+            try:
+                with self.tick_lock:
+                    snapshot = self.source.tick()
+            except Exception as error:  # the engine's failure is shown, and the next tick retried
+                message: SnapshotReady | SourceFailed = SourceFailed(error)
+            else:
+                message = SnapshotReady(snapshot)
+            if not self._exit:
+                self.post_message(message)
+
+    def on_unmount(self) -> None:
+        self._tick_requests.put(False)
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if self._shutting_down():

@@ -305,14 +305,17 @@ class RunsTable(ScrollView, can_focus=True):
         return style
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        self._base = self.rich_style  # once a frame, not once a line
+        # asked every frame for all its lines, it answers most from Textual's cache: its style (a
+        # walk up its ancestors) is looked up once a frame, and only when a line is really drawn
         try:
             return super().render_lines(crop)
         finally:
             self._base = None
 
     def render_line(self, y: int) -> Strip:
-        base = self._base if self._base is not None else self.rich_style
+        base = self._base
+        if base is None:
+            base = self._base = self.rich_style
         width = self.size.width
         if y == 0:
             return self._line(-1, None, base, width)

@@ -108,7 +108,9 @@ class TextLines(Widget):
         super().notify_style_update()
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        self._base = self.rich_style  # once a frame, not once a line
+        # Textual asks every panel for all its lines each frame and answers most from its cache;
+        # the widget's style (a walk up its ancestors) is looked up once a frame, and only when a
+        # line is really drawn
         try:
             return super().render_lines(crop)
         finally:
@@ -122,7 +124,9 @@ class TextLines(Widget):
             self._strips.clear()
         strip = self._strips.get(y)
         if strip is None:
-            base = self._base if self._base is not None else self.rich_style
+            base = self._base
+            if base is None:
+                base = self._base = self.rich_style
             if y < len(self._lines):
                 line = self._lines[y]
                 if line.cell_len > width:
