@@ -13,6 +13,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from textual.geometry import Size
 
 from cockpit.live.snapshot import AlertView, NvmlView
 from cockpit.plan.load import load_campaign
@@ -22,7 +23,7 @@ from cockpit.tui.app import CockpitApp
 from cockpit.tui.screens import ConfirmScreen, DecisionScreen, HelpScreen, LogScreen, NoteScreen, StopScreen, VoidScreen
 from cockpit.tui.themes import discover_themes, load_theme_file, ThemeFileError
 
-from cockpit.tui.widgets import AlertsList, GpuPanel, GpuRow, HostLine, LotHeader, RunsTable
+from cockpit.tui.widgets import AlertsList, GpuLines, GpuPanel, HostLine, LotHeader, RunsTable
 from cockpit.tui.widgets.gpu_row import VALUE_WIDTH
 from cockpit.tui.widgets.sparkline import sparkline
 from tests.conftest import (
@@ -836,11 +837,36 @@ async def test_clock_before_the_lot_starts(seed_campaign):
     assert "finish Wed 08:00 · fits" in lines[4]
 
 
+class GpuShown:
+    """One GPU's lines in the GPU panel's one widget (GpuLines), read as the GPU's own rows."""
+
+    def __init__(self, app: CockpitApp, index: int) -> None:
+        self.widget = app.query_one(GpuLines)
+        self.index = index
+
+    @property
+    def gpu(self):
+        return next(gpu for gpu in self.widget.gpus if gpu.index == self.index)
+
+    @property
+    def size(self) -> Size:
+        span = self.widget.span_of(self.index)
+        return Size(self.widget.size.width, span[1] if span else 0)
+
+    def render_line(self, y: int):
+        start, count = self.widget.span_of(self.index)
+        assert 0 <= y < count
+        return self.widget.render_line(start + y)
+
+    def component_style(self, name: str):
+        return self.widget.component_style(name)
+
+
 async def test_sparklines_follow_each_new_sample(seed_campaign):
     app = make_app(seed_campaign)
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
-        row = app.query_one("#gpu-0", GpuRow)
+        row = GpuShown(app, 0)
         newest = lambda: row.render_line(0).text[row.size.width - VALUE_WIDTH - 1]  # noqa: E731
         assert newest() == "▅"  # 64 %
         history = make_gpu(0).utilization_history
@@ -865,7 +891,7 @@ async def test_nvml_unavailable_says_why_and_the_rest_works(seed_campaign):
         await started(app, pilot)
         panel = app.query_one(GpuPanel)
         assert "NVML unavailable: libnvidia-ml.so not found" in str(panel.query_one("#nvml-status").render())
-        assert not panel.query("GpuRow")
+        assert not panel.query_one(GpuLines).gpus and panel.query_one(GpuLines).size.height == 0
         assert app.query_one(RunsTable).row_count == 3
 
 
@@ -885,7 +911,7 @@ async def test_simulated_gpus_where_nvml_is_unavailable_show_both(seed_campaign)
         panel = app.query_one(GpuPanel)
         assert "SIMULATED" in str(panel.border_title)
         assert "NVML unavailable: turned off by COCKPIT_NVML=off" in str(panel.query_one("#nvml-status").render())
-        assert len(panel.query(GpuRow)) == 1
+        assert len(panel.query_one(GpuLines).gpus) == 1
 
 
 async def test_lost_gpu_and_throttling_are_named(seed_campaign):
@@ -894,8 +920,8 @@ async def test_lost_gpu_and_throttling_are_named(seed_campaign):
     async with app.run_test(size=(120, 40)) as pilot:
         await started(app, pilot)
         shown = lambda row: [row.render_line(y).text for y in range(row.size.height)]  # noqa: E731
-        assert "slowed: SW power cap" in shown(app.query_one("#gpu-0", GpuRow))[2]
-        lost = shown(app.query_one("#gpu-1", GpuRow))
+        assert "slowed: SW power cap" in shown(GpuShown(app, 0))[2]
+        lost = shown(GpuShown(app, 1))
         assert "lost" in lost[0] and "GPU 1 lost: its runs are not computing" in lost[1]
 
 
@@ -904,42 +930,43 @@ async def test_eight_gpus_fit_one_line_each_at_80x24(seed_campaign):
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.pause()
-        rows = list(app.query("GpuRow"))
-        assert len(rows) == 8 and all(row.compact and row.size.height == 1 for row in rows)
+        lines = app.query_one(GpuLines)
+        assert len(lines.gpus) == 8 and lines.compact and all(GpuShown(app, i).size.height == 1 for i in range(8))
     app = make_app(seed_campaign, make_snapshot(gpus=2))
     async with app.run_test(size=(120, 40)) as pilot:
         await started(app, pilot)
         await pilot.pause()
-        assert not any(row.compact for row in app.query("GpuRow"))
+        assert not app.query_one(GpuLines).compact
 
 
 async def test_a_gpu_scrolled_out_of_view_is_drawn_fresh_when_it_comes_back(seed_campaign):
-    """A row out of view is not repainted each second (Textual would re-arrange the whole screen
-    for it every frame); scrolled back into view, it shows the latest sample, not a stale one."""
+    """The GPUs' lines are one widget: a new sample repaints only the lines that changed (no
+    layout of the screen, whatever is in view); scrolled back into view, a GPU that was out of
+    view shows the latest sample, not a stale one."""
     app = make_app(seed_campaign, make_snapshot(gpus=8))
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.pause()
         panel = app.query_one(GpuPanel)
-        hidden = [row for row in panel.query(GpuRow) if not panel._in_view(row)]
-        assert hidden, "at 80×24 some of 8 GPUs are scrolled out of view"
-        row = hidden[-1]
-        repaints: list[GpuRow] = []
-        original = GpuRow.refresh
-        GpuRow.refresh = lambda self, *a, **kw: (repaints.append(self), original(self, *a, **kw))[1]
+        lines = panel.gpu_lines
+        start, _ = lines.span_of(7)
+        assert start >= panel.scroll_offset.y + panel.scrollable_content_region.height, "at 80×24 the last of 8 GPUs is out of view"
+        repaints: list[tuple[tuple, dict]] = []
+        original = GpuLines.refresh
+        GpuLines.refresh = lambda self, *a, **kw: (repaints.append((a, kw)), original(self, *a, **kw))[1]
         try:
-            gpus = tuple(replace(make_gpu(i), utilization_percent=100.0 if i == row.gpu.index else 87.0,
-                                 temperature_c=99.0 if i == row.gpu.index else 60.0) for i in range(8))
+            gpus = tuple(replace(make_gpu(i), utilization_percent=100.0 if i == 7 else 87.0,
+                                 temperature_c=99.0 if i == 7 else 60.0) for i in range(8))
             app.source.snapshot = replace(make_snapshot(gpus=8), gpus=gpus)  # the polls say the same
             app.apply_snapshot(app.source.snapshot)
             await pilot.pause()
-            assert row not in repaints  # out of view: kept, not repainted
+            assert repaints and all(regions and not kw.get("layout") for regions, kw in repaints)  # lines, not a layout
+            assert any(region.y == start for regions, _ in repaints for region in regions)  # the hidden GPU's line too
             panel.scroll_end(animate=False)
             await pilot.pause()
             await pilot.pause()
-            assert panel._in_view(row) and row in repaints
         finally:
-            GpuRow.refresh = original
+            GpuLines.refresh = original
         assert "\xa0100%" in html.unescape(app.export_screenshot())  # the newest sample (the others show 87 %)
 
 
@@ -1203,7 +1230,7 @@ async def test_an_unreadable_run_and_a_due_pilot_decision_are_shown(seed_campaig
 # ---------------------------------------------------------------- GPU health, MIG, containers (issue 18)
 
 
-def gpu_lines(row: GpuRow) -> list[str]:
+def gpu_lines(row: GpuShown) -> list[str]:
     return [row.render_line(y).text.rstrip() for y in range(row.size.height)]
 
 
@@ -1223,13 +1250,13 @@ async def test_health_counters_show_their_deltas_since_the_lot_start(seed_campai
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
         await pilot.pause()
-        shown = " ".join(" ".join(gpu_lines(row)) for row in [app.query_one("#gpu-0", GpuRow)])
+        shown = " ".join(" ".join(gpu_lines(row)) for row in [GpuShown(app, 0)])
         for words in ("since start: ECC +2 corr +0 unc", "remap 0 pend 0 fail", "PCIe +3",
                       "slow pwr 1m th 0s", "1.25 kWh"):
             assert words in shown, (words, shown)
         assert "!" not in shown  # nothing alarming: no mark
-        assert not any("since start" in line for line in gpu_lines(app.query_one("#gpu-1", GpuRow)))  # none reported: no line
-        assert "…" not in shown and len(gpu_lines(app.query_one("#gpu-0", GpuRow))) <= 4  # nothing cut at 80×24
+        assert not any("since start" in line for line in gpu_lines(GpuShown(app, 1)))  # none reported: no line
+        assert "…" not in shown and len(gpu_lines(GpuShown(app, 0))) <= 4  # nothing cut at 80×24
 
 
 async def test_only_the_counters_a_gpu_reports_are_shown_and_an_uncorrected_error_is_marked(seed_campaign):
@@ -1237,7 +1264,7 @@ async def test_only_the_counters_a_gpu_reports_are_shown_and_an_uncorrected_erro
     app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), health=old),)))
     async with app.run_test(size=(120, 40)) as pilot:
         await started(app, pilot)
-        row = app.query_one("#gpu-0", GpuRow)
+        row = GpuShown(app, 0)
         line = next(line for line in gpu_lines(row) if "since start" in line)
         assert line.strip() == "! since start: ECC +5 unc · retired pages +1 sbe +2 dbe"  # only what it reports
         y = gpu_lines(row).index(line.rstrip())
@@ -1247,7 +1274,7 @@ async def test_only_the_counters_a_gpu_reports_are_shown_and_an_uncorrected_erro
     app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), health=failed),)))
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
-        assert "! since start: remap 0 pend FAILED" in " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+        assert "! since start: remap 0 pend FAILED" in " ".join(gpu_lines(GpuShown(app, 0)))
 
 
 async def test_a_mig_gpu_shows_its_instances_memory_and_no_utilization_figure(seed_campaign):
@@ -1258,7 +1285,7 @@ async def test_a_mig_gpu_shows_its_instances_memory_and_no_utilization_figure(se
     app = make_app(seed_campaign, replace(make_snapshot(), gpus=(mig,)))
     async with app.run_test(size=(80, 24)) as pilot:
         await started(app, pilot)
-        lines = gpu_lines(app.query_one("#gpu-0", GpuRow))
+        lines = gpu_lines(GpuShown(app, 0))
         assert lines[0].startswith("0 util not reported (MIG)") and "%" not in lines[0] and "71°C" in lines[0]
         assert not set(lines[0]) & set("▁▂▃▄▅▆▇█")  # no utilization bar either
         assert "  MIG 0: 3.0/20.0G · 1: mem n/a" in lines, lines
@@ -1271,13 +1298,13 @@ async def test_processes_in_a_container_are_labelled(seed_campaign):
     app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), processes=processes),)))
     async with app.run_test(size=(120, 40)) as pilot:
         await started(app, pilot)
-        shown = " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+        shown = " ".join(gpu_lines(GpuShown(app, 0)))
         assert "procs pid 1234 (container) 8.0G · pid 77 (container) ctrl-r1" in shown, shown
     visible = (GpuProcessView(1234, 8 * 2**30, "ctrl-r1"),)
     app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), processes=visible),)))
     async with app.run_test(size=(120, 40)) as pilot:
         await started(app, pilot)
-        assert "container" not in " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+        assert "container" not in " ".join(gpu_lines(GpuShown(app, 0)))
 
 
 async def test_nvml_strings_in_the_health_lines_are_escaped(seed_campaign):
@@ -1287,7 +1314,7 @@ async def test_nvml_strings_in_the_health_lines_are_escaped(seed_campaign):
     app = make_app(seed_campaign, replace(make_snapshot(), gpus=(replace(make_gpu(0), processes=processes),)))
     async with app.run_test(size=(120, 40)) as pilot:
         await started(app, pilot)
-        shown = " ".join(gpu_lines(app.query_one("#gpu-0", GpuRow)))
+        shown = " ".join(gpu_lines(GpuShown(app, 0)))
         assert "\x1b" not in shown and "pid 5 (container)" in shown
 
 

@@ -1,5 +1,5 @@
-"""The GPUs of the lot, one row each, or why NVML is unavailable; a line on the host below.
-Simulated GPUs are labelled as such in the title, so nobody mistakes a demo for the box."""
+"""The GPUs of the lot, their lines in one widget, or why NVML is unavailable; a line on the host
+below. Simulated GPUs are labelled as such in the title, so nobody mistakes a demo for the box."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from cockpit.common.text import escape_control
 from cockpit.live.snapshot import GpuView, HostView, NvmlView
-from cockpit.tui.widgets.gpu_row import GpuRow
+from cockpit.tui.widgets.gpu_lines import GpuLines
 from cockpit.tui.widgets.host_line import HostLine
 
 
@@ -28,13 +28,14 @@ class GpuPanel(VerticalScroll):
         super().__init__(id=id)
         self._nvml: NvmlView | None = None
         self._title: str | None = None
-        self._gpu_count = 0
-        self._rows: dict[str, GpuRow] = {}  # by widget id; kept here, not queried every second
-        self._status = Static("", id="nvml-status", markup=False)  # likewise, the two fixed children
+        # the three children, kept here, not queried every second
+        self._status = Static("", id="nvml-status", markup=False)
+        self.gpu_lines = GpuLines(id="gpu-lines")
         self._host = HostLine(id="host")
 
     def compose(self) -> ComposeResult:
         yield self._status
+        yield self.gpu_lines
         yield self._host
 
     def show(self, nvml: NvmlView, gpus: tuple[GpuView, ...], host: HostView | None) -> None:
@@ -62,56 +63,22 @@ class GpuPanel(VerticalScroll):
 
         # GPUs are shown whenever the snapshot has some: simulated ones (the demo) come with NVML
         # unavailable, and the reason stays above them.
-        rows = self._rows
-        wanted = {f"gpu-{g.index}" for g in gpus}
-        for key in [key for key in rows if key not in wanted]:
-            rows.pop(key).remove()
-        new_rows = []
-        for gpu in gpus:
-            row = rows.get(f"gpu-{gpu.index}")
-            if row is None:
-                row = rows[f"gpu-{gpu.index}"] = GpuRow(gpu)
-                new_rows.append(row)
-            else:
-                row.show(gpu, in_view=self._in_view(row))
-        if new_rows:
-            self.mount_all(new_rows, before="#host")
-        self._gpu_count = len(wanted)
-        self._fit_rows()
-
+        self.gpu_lines.show(gpus, self._fits)
         self._host.show(host)
 
     def on_resize(self) -> None:
         self._fit_rows()
-        self._repaint_rows_in_view()
 
-    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
-        super().watch_scroll_y(old_value, new_value)
-        self._repaint_rows_in_view()
-
-    def _in_view(self, row: GpuRow) -> bool:
-        """Whether any line of the row is inside the panel's scrolled window (a row not laid out
-        yet counts as in view)."""
-        region = row.virtual_region
-        if not region.height:
-            return True
-        top = self.scroll_offset.y
-        return region.bottom > top and region.y < top + self.scrollable_content_region.height
-
-    def _repaint_rows_in_view(self) -> None:
-        for row in self._rows.values():
-            if self._in_view(row):
-                row.repaint_if_stale()
-
-    def _fit_rows(self) -> None:
-        """Two lines per GPU when they all fit, else one (8 GPUs at 80×24); scroll beyond that."""
+    def _fits(self, lines: int) -> bool:
+        """Whether `lines` GPU lines fit under the NVML status, above the host line."""
         height = self.content_size.height
         status = self._status
         status_lines = status.outer_size.height if status.has_class("-shown") else 0
-        # a lost or slowed GPU takes a third line (a power cap is common on a loaded GPU); MIG,
-        # health counters and container processes take theirs
+        return height <= 0 or lines + 1 + status_lines <= height
+
+    def _fit_rows(self) -> None:
+        """Two lines per GPU when they all fit, else one (8 GPUs at 80×24); scroll beyond that.
+        A lost or slowed GPU takes a third line (a power cap is common on a loaded GPU); MIG,
+        health counters and container processes take theirs."""
         width = self.scrollable_content_region.width
-        needed = sum(row.lines_wanted(False, width) for row in self._rows.values())
-        compact = height > 0 and needed + 1 + status_lines > height
-        for row in self._rows.values():
-            row.set_compact(compact)
+        self.gpu_lines.set_compact(not self._fits(self.gpu_lines.lines_wanted(False, width)))

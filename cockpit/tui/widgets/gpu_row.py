@@ -1,109 +1,69 @@
-"""One GPU: utilization and memory sparklines with their current values, temperature, power, and
-the clock-slowdown reasons or the loss of the GPU on a line of its own when there is one. One
-line per GPU (memory as a number) when the panel is too short for two.
+"""One GPU's lines: utilization and memory sparklines with their current values, temperature,
+power, and the clock-slowdown reasons or the loss of the GPU on a line of its own when there is
+one. One line per GPU (memory as a number) when the panel is too short for two.
 
 Below, only when there is something to say: on a MIG GPU each instance's memory (NVML reports no
 utilization for MIG, so none is drawn: never a 0 %); the health counters' deltas since the lot's
 first sample (marked "!" when an uncorrected ECC error or a row-remap failure is among them); the
-GPU's processes when their pids are not visible here (a container). These lines are made once per
-new sample (`show`), not per repaint, and wrapped to the width as items."""
+GPU's processes when their pids are not visible here (a container). Plain functions of the GPU's
+view: the GPU panel's one widget (`GpuLines`) draws every GPU's lines and makes them once per new
+sample, not per repaint."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any
 
+from rich.style import Style
 from rich.text import Text
 
 from cockpit.common.text import escape_control
 from cockpit.live.snapshot import GpuView
 from cockpit.tui import format as fmt
 from cockpit.tui.widgets.sparkline import sparkline
-from cockpit.tui.widgets.text_lines import TextLines
 
 LABEL_WIDTH = 7  # "0 util "
 VALUE_WIDTH = 17  # " 100% 101°C 1000W"
 
 
-class GpuRow(TextLines):
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "gpu-row--label",
-        "gpu-row--low",
-        "gpu-row--high",
-        "gpu-row--problem",
-        "gpu-row--lost",
-    }
+COMPONENT_CLASSES = {"gpu-row--label", "gpu-row--low", "gpu-row--high", "gpu-row--problem", "gpu-row--lost"}
 
-    DEFAULT_CSS = """
-    GpuRow {
-        height: auto;
-    }
-    GpuRow > .gpu-row--label { color: $text-muted; }
-    GpuRow > .gpu-row--low { color: $primary 60%; }
-    GpuRow > .gpu-row--high { color: $primary; }
-    GpuRow > .gpu-row--problem { color: $warning; }
-    GpuRow > .gpu-row--lost { color: $error; text-style: bold; }
-    """
+Extra = list[tuple[str, tuple[str, ...]]]
 
-    def __init__(self, gpu: GpuView) -> None:
-        super().__init__(id=f"gpu-{gpu.index}")
-        self.gpu = gpu
-        self.compact = False
-        self._extra = extra_lines(gpu)
 
-    def show(self, gpu: GpuView, *, in_view: bool = True) -> None:
-        """A new sample: the histories are new tuples, so an unchanged GPU compares equal and costs
-        nothing. Out of view (scrolled away), it is drawn when it comes back."""
-        if gpu != self.gpu:
-            self.gpu = gpu
-            self._extra = extra_lines(gpu)
-            self.update_lines(repaint=in_view)
+def row_height(gpu: GpuView, compact: bool, width: int, extra: Extra) -> int:
+    """How many lines `row_lines` makes for the GPU in `compact` mode at `width`."""
+    return 1 + (not compact and not gpu.lost) + bool(problem_text(gpu)) + sum(len(_wrap(items, width)) for _, items in extra)
 
-    def set_compact(self, compact: bool) -> None:
-        if compact != self.compact:
-            self.compact = compact
-            self.update_lines()
 
-    def line_count(self) -> int:
-        return self.lines_wanted(self.compact)
-
-    def lines_wanted(self, compact: bool, width: int | None = None) -> int:
-        """The row's height in `compact` mode at `width` (the row's own by default)."""
-        gpu = self.gpu
-        width = self.size.width if width is None else width
-        extra = sum(len(_wrap(items, width)) for _, items in self._extra)
-        return 1 + (not compact and not gpu.lost) + bool(problem_text(gpu)) + extra
-
-    def build_lines(self, width: int) -> list[Text]:
-        gpu = self.gpu
-        label = self.component_style("gpu-row--label")
-        low = self.component_style("gpu-row--low")
-        high = self.component_style("gpu-row--high")
-        spark_width = max(1, width - LABEL_WIDTH - VALUE_WIDTH)
-        lines = []
-        if gpu.mig and not gpu.lost:  # no utilization for MIG: words, not a bar or a 0 %
-            utilization = Text(f"{gpu.index} ", label, no_wrap=True, end="")
-            utilization.append(MIG_UTILIZATION)
-            values = values_text(gpu, self.compact)
-            if values:
-                utilization.append(" " * max(1, width - utilization.cell_len - len(values)) + values)
-        else:
-            utilization = Text(f"{gpu.index} util ".ljust(LABEL_WIDTH), label, no_wrap=True, end="")
-            utilization.append_text(sparkline(gpu.utilization_history, spark_width, low, high))
-            utilization.append(" " + utilization_text(gpu, self.compact))
-        lines.append(utilization)
-        if not self.compact and not gpu.lost:
-            memory = Text("  mem".ljust(LABEL_WIDTH), label, no_wrap=True, end="")
-            memory.append_text(sparkline(gpu.memory_history, spark_width, low, high))
-            memory.append(" " + memory_text(gpu))
-            lines.append(memory)
-        problem = problem_text(gpu)
-        if problem:
-            style = self.component_style("gpu-row--lost" if gpu.lost else "gpu-row--problem")
-            lines.append(_styled(problem, style))
-        for kind, items in self._extra:
-            style = self.component_style("gpu-row--problem") if kind == "alarm" else label
-            lines.extend(_styled(line, style) for line in _wrap(items, width))
-        return lines
+def row_lines(gpu: GpuView, compact: bool, width: int, extra: Extra, style: Callable[[str], Style]) -> list[Text]:
+    """The GPU's lines for `width` cells; `style` gives a component class's style."""
+    label, low, high = style("gpu-row--label"), style("gpu-row--low"), style("gpu-row--high")
+    spark_width = max(1, width - LABEL_WIDTH - VALUE_WIDTH)
+    lines = []
+    if gpu.mig and not gpu.lost:  # no utilization for MIG: words, not a bar or a 0 %
+        utilization = Text(f"{gpu.index} ", label, no_wrap=True, end="")
+        utilization.append(MIG_UTILIZATION)
+        values = values_text(gpu, compact)
+        if values:
+            utilization.append(" " * max(1, width - utilization.cell_len - len(values)) + values)
+    else:
+        utilization = Text(f"{gpu.index} util ".ljust(LABEL_WIDTH), label, no_wrap=True, end="")
+        utilization.append_text(sparkline(gpu.utilization_history, spark_width, low, high))
+        utilization.append(" " + utilization_text(gpu, compact))
+    lines.append(utilization)
+    if not compact and not gpu.lost:
+        memory = Text("  mem".ljust(LABEL_WIDTH), label, no_wrap=True, end="")
+        memory.append_text(sparkline(gpu.memory_history, spark_width, low, high))
+        memory.append(" " + memory_text(gpu))
+        lines.append(memory)
+    problem = problem_text(gpu)
+    if problem:
+        lines.append(_styled(problem, style("gpu-row--lost" if gpu.lost else "gpu-row--problem")))
+    for kind, items in extra:
+        line_style = style("gpu-row--problem") if kind == "alarm" else label
+        lines.extend(_styled(line, line_style) for line in _wrap(items, width))
+    return lines
 
 
 def utilization_text(gpu: GpuView, compact: bool = False) -> str:
@@ -175,12 +135,12 @@ def _wrap(items: tuple[str, ...], width: int) -> list[str]:
     return lines
 
 
-def extra_lines(gpu: GpuView) -> list[tuple[str, tuple[str, ...]]]:
+def extra_lines(gpu: GpuView) -> Extra:
     """(kind, items) of the lines below a GPU's own: "mig", "health" or "alarm", "processes".
     Width-free, so they are made once per sample and only wrapped per width."""
     if gpu.lost:
         return []
-    out: list[tuple[str, tuple[str, ...]]] = []
+    out: Extra = []
     if gpu.mig_instances is not None:
         out.append(("mig", mig_items(gpu)))
     health = health_items(gpu)
