@@ -334,12 +334,14 @@ class RunsTable(ScrollView, can_focus=True):
 
     def _render_row(self, row: int, cells: tuple[Cell, ...] | None, base: Style, width: int, cursor: bool) -> Strip:
         """The row as DataTable draws it: each cell padded by one, its text cut with an ellipsis,
-        the header's or the cursor's style over the row's; the rest of the width filled."""
-        frame = self._frame(row, base, cursor)
+        the header's or the cursor's style over the row's; the rest of the width filled. Cells in
+        the row's own style are joined into one segment (a repaint's cost goes by segments)."""
+        pad_style, text_styles, extend_style, table_width = self._frame(row, base, cursor)
         padding = " " * CELL_PADDING
         segments: list[Segment] = []
         append = segments.append
-        for (key, index, cell_width), (pad_style, text_styles) in zip(self._shown, frame[0]):
+        plain: list[str] = []  # text in the row's style, not yet a segment
+        for key, index, cell_width in self._shown:
             if cells is None:
                 text, name = self._labels[key], ""
             else:
@@ -349,24 +351,25 @@ class RunsTable(ScrollView, can_focus=True):
                 text = set_cell_size(text, max(0, cell_width - 1)) + "…"
                 length = cell_width
             fill = " " * (cell_width - length) + padding
-            if not name:  # one style for the whole cell
-                append(Segment(padding + text + fill, pad_style))
+            if not name or not text:  # one style for the whole cell
+                plain.append(padding + text + fill)
             else:
-                append(Segment(padding, pad_style))
-                if text:
-                    append(Segment(text, text_styles[name]))
-                append(Segment(fill, pad_style))
-        table_width = frame[2]
+                plain.append(padding)
+                append(Segment("".join(plain), pad_style))
+                append(Segment(text, text_styles[name]))
+                plain = [fill]
+        if plain:
+            append(Segment("".join(plain), pad_style))
         if width > table_width:
-            append(Segment(" " * (width - table_width), frame[1]))
-        strip = Strip(segments).adjust_cell_length(width, base).simplify()
+            append(Segment(" " * (width - table_width), extend_style))
+        strip = Strip(segments).adjust_cell_length(width, base)
         scroll_x = round(self.scroll_x)
         return strip.crop(scroll_x, scroll_x + width) if scroll_x else strip
 
     def _frame(self, row: int, base: Style, cursor: bool) -> tuple:
-        """The styles of one row's cells, which depend on its place and the cursor, not on what
-        it says: ((the cell's style, its text's style by cell style name) per shown column, the
-        fill's style, the table's width). Kept per row until the styles or the columns change."""
+        """The styles of one row, which depend on its place and the cursor, not on what it says:
+        (the cells' style, their texts' styles by cell style name, the fill's style, the table's
+        width). Kept per row until the styles or the columns change."""
         key = (row, base, cursor, self._layout, self.has_focus)
         frame = self._frames.get(key)
         if frame is not None:
@@ -374,13 +377,10 @@ class RunsTable(ScrollView, can_focus=True):
         row_style = self._component("header") if row < 0 else base
         component = self._component("cursor") if cursor else Style()
         post = Style.from_color(color=component.color) + Style.from_color(bgcolor=component.bgcolor) if cursor else Style()
-        columns = []
-        for column in range(len(self._shown)):
-            pre = row_style + Style.from_meta({"row": row, "column": column}) + component
-            columns.append((pre + post, {name: pre + self._foreground(name) + post for name in CELL_STYLES}))
+        pre = row_style + Style.from_meta({"row": row}) + component  # a click names the row
         table_width = sum(w + 2 * CELL_PADDING for _, _, w in self._shown)
-        extend = row_style + component + Style.from_meta({"row": row, "column": 0, "out_of_bounds": True})
-        frame = (tuple(columns), extend, table_width)
+        extend = row_style + component + Style.from_meta({"row": row, "out_of_bounds": True})
+        frame = (pre + post, {name: pre + self._foreground(name) + post for name in CELL_STYLES}, extend, table_width)
         self._frames[key] = frame
         return frame
 
