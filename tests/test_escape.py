@@ -256,7 +256,7 @@ from textual import events  # noqa: E402
 from cockpit.live.snapshot import AlertView, NvmlView  # noqa: E402
 from cockpit.tui.screens import DecisionScreen, NoteScreen, StopScreen  # noqa: E402
 from tests.conftest import NOW, FakeSource, make_app, make_gpu, make_run, make_snapshot  # noqa: E402
-from tests.test_tui import started, until  # noqa: E402
+from tests.tui.test_tui import started, until  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("utc_local_time", "no_user_themes")  # the whole module, as before
 

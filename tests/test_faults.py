@@ -2,7 +2,7 @@
 mid-append, a full disk, a metrics file truncated, replaced or deleted under the reader, a GPU
 lost in the middle of sampling, and a run process that vanishes before its signal.
 
-Eight processes appending at once is `tests/test_runlog.py::test_eight_processes_appending_at_once_lose_nothing`;
+Eight processes appending at once is `tests/record/test_runlog.py::test_eight_processes_appending_at_once_lose_nothing`;
 an injected ENOSPC inside `RunLog.append` is `test_disk_full_leaves_what_was_written_intact` there.
 """
 
@@ -35,8 +35,8 @@ from cockpit.plan.load import load_campaign
 from cockpit.record import decisions
 from cockpit.record.runlog import RunLog
 from tests.conftest import ROOT, run_cli
-from tests.test_engine import Clock, NoGpus
-from tests.test_gpu import FakeNvml, gpu_spec
+from tests.live.test_engine import Clock, NoGpus
+from tests.live.test_gpu import FakeNvml, gpu_spec
 
 LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
 CHILD_ENV = {**os.environ, "PYTHONPATH": str(ROOT), "COCKPIT_NVML": "off", "NO_COLOR": "1"}

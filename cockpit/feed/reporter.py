@@ -59,7 +59,7 @@ def process_identity() -> dict[str, str | None]:
 
 
 # The run id rule of cockpit.plan.campaign (ID_PATTERN, ID_RULE), copied: the feed runs inside the
-# training loop and imports nothing else of cockpit. tests/test_reporter.py checks both agree.
+# training loop and imports nothing else of cockpit. tests/feed/test_reporter.py checks both agree.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 ID_RULE = "a letter or digit, then up to 63 letters, digits, '.', '_' or '-'"
 _ID = re.compile(ID_PATTERN)

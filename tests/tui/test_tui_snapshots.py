@@ -2,8 +2,8 @@
 and 120×40 with fake GPUs, without NVML, with eight simulated GPUs, the stop dialog, the light and
 monochrome themes, NO_COLOR, a lot-window alert pinned above three older alerts, and the log screen. Every time shown comes from the fixed snapshot, in UTC.
 
-After a deliberate change of the look: `pytest tests/test_tui_snapshots.py --snapshot-update`,
-then review the SVGs in tests/__snapshots__/ before committing them."""
+After a deliberate change of the look: `pytest tests/tui/test_tui_snapshots.py --snapshot-update`,
+then review the SVGs in tests/tui/__snapshots__/ before committing them."""
 
 from __future__ import annotations
 

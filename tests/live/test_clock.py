@@ -11,7 +11,7 @@ from cockpit.live.clock import ItemProgress, lot_clock
 from cockpit.plan.load import load_campaign, read_campaign_text
 from cockpit.plan.schedule import schedule
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = load_campaign(ROOT / "sample_campaigns" / "sentiment-lora")
 B200 = load_campaign(ROOT / "sample_campaigns" / "b200-week")
 START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)

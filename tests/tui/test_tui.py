@@ -571,7 +571,7 @@ async def test_void_from_the_log_screen_takes_a_stop_back(seed_campaign):
 
 async def test_a_stop_of_the_finished_control_voided_from_the_log_lets_close_accept_it(tmp_path, monkeypatch):
     from cockpit.close.closing import evaluate
-    from tests.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
+    from tests.close.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
 
     monkeypatch.setenv("COCKPIT_TEMP_ROOTS", str(tmp_path / "volatile"))
     camp = make_campaign(tmp_path, deliverable("ctrl/predictions", "out/ctrl.jsonl", run="ctrl-r1"))

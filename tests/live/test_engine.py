@@ -369,7 +369,7 @@ def test_looking_before_the_lot_starts_freezes_nothing(seed_campaign):
 
 from cockpit.feed.reporter import process_identity  # noqa: E402
 from cockpit.live.host import HostProcesses  # noqa: E402
-from tests.test_procs import FakePsutil  # noqa: E402
+from tests.live.test_procs import FakePsutil  # noqa: E402
 
 HERE = {"host": "gpu-box", "pid_ns": "pid:[4026531836]"}  # the cockpit's own host and pid namespace
 

@@ -14,7 +14,7 @@ from cockpit.plan.campaign import Run, Task
 from cockpit.plan.load import load_campaign, read_campaign_text
 from cockpit.plan.schedule import plan_report, schedule, window_fit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "sample_campaigns" / "sentiment-lora"
 B200 = ROOT / "sample_campaigns" / "b200-week"
 

@@ -26,7 +26,7 @@ from cockpit.plan.load import load_campaign
 from cockpit.record import decisions
 from cockpit.record.runlog import RunLog
 from tests.conftest import run_cli
-from tests.test_gpu import GIB, FakeNvml, Ticker, gpu_spec
+from tests.live.test_gpu import GIB, FakeNvml, Ticker, gpu_spec
 
 LOT_START = datetime(2026, 11, 30, 8, 0, tzinfo=timezone.utc)
 
@@ -668,7 +668,7 @@ def test_the_prepared_real_gpu_check_runs_against_the_fake_nvml():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -25,7 +25,7 @@ from cockpit.record import decisions
 from cockpit.record.runlog import RunLog
 from tests.conftest import run_cli
 from tests.notify_servers import Receiver, free_port, start_http
-from tests.test_engine import NoGpus, write_stream
+from tests.live.test_engine import NoGpus, write_stream
 
 
 @pytest.fixture

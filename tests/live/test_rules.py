@@ -19,7 +19,7 @@ from cockpit.live.rules import CONFIG_CHANGED, RuleEvaluator, RuleState, Trigger
 from cockpit.plan.campaign import StopRule
 from cockpit.plan.load import load_campaign
 
-SAMPLES = Path(__file__).resolve().parent.parent / "sample_campaigns"
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_campaigns"
 T0 = 1764489600.0  # 2025-11-30T08:00:00Z
 START = datetime.fromtimestamp(T0, tz=timezone.utc)
 

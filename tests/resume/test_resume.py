@@ -28,7 +28,7 @@ from cockpit.checkpoints import CheckpointUnreadable
 from cockpit.checkpoints import scan as resume_scan
 from cockpit.resume import report as resume_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_campaigns" / "sentiment-lora"
 
 

@@ -9,8 +9,8 @@ import math
 import re
 import xml.etree.ElementTree as ElementTree
 
-from tests.test_close_cli import close
-from tests.test_closing import IDS, LOT_START, deliverable, make_campaign, predictions, write
+from tests.close.test_close_cli import close
+from tests.close.test_closing import IDS, LOT_START, deliverable, make_campaign, predictions, write
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -23,7 +23,7 @@ from cockpit.demo.setup import launch_runs, prepare_demo, stop_runs
 from cockpit.demo.trainer import continuation, verify_in_fresh_process
 from cockpit.plan.load import load_campaign
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "cockpit" / "demo" / "template"
 SAMPLE = ROOT / "sample_campaigns" / "demo"
 NOW = datetime(2026, 12, 1, 9, 30, 15, 123456, tzinfo=timezone.utc)

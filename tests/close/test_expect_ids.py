@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cockpit.close import closing
 from cockpit.close import ids as id_reading
 from cockpit.close.ids import IdsError, read_ids
-from tests.test_closing import IDS, check, deliverable, make_campaign, write
+from tests.close.test_closing import IDS, check, deliverable, make_campaign, write
 
 
 # ---------------------------------------------------------------- the whole-file reader it replaced

@@ -198,7 +198,7 @@ def test_callbacks_module_imports_without_any_framework():
         "try:\n    cockpit.feed.callbacks.CockpitTrainerCallback\nexcept ImportError as e:\n    print('IE', e)\n"
         "else:\n    print('OK')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2])
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("OK") or "pip install transformers" in result.stdout
 

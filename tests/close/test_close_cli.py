@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import SAMPLES, run_cli
-from tests.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
+from tests.close.test_closing import IDS, deliverable, make_campaign, metrics, predictions, write
 
 
 def close(directory: Path, *extra: str, temp: Path) -> subprocess.CompletedProcess:

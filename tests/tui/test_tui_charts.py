@@ -3,8 +3,8 @@ step, thresholds, marks, events and figures; `[`/`]` the other runs, Esc back), 
 closing metric of every run with the threshold, `b` shows the lot's burn-down. Snapshots at 80×24
 and 120×40 with fixed series; the Done-when on real `cockpit demo` data.
 
-After a deliberate change of the look: `pytest tests/test_tui_charts.py --snapshot-update`, then
-review the SVGs in tests/__snapshots__/ before committing them."""
+After a deliberate change of the look: `pytest tests/tui/test_tui_charts.py --snapshot-update`,
+then review the SVGs in tests/tui/__snapshots__/ before committing them."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from cockpit.tui.charts import BurndownScreen, CompareScreen, RunDetailScreen
 from cockpit.tui.widgets.chart import Chart, render_lines
 from tests.chart_fixtures import with_series
 from tests.conftest import FakeSource, make_app, make_snapshot
-from tests.test_tui import until
+from tests.tui.test_tui import until
 
 pytestmark = pytest.mark.usefixtures("utc_local_time", "no_user_themes")  # UTC on screen, no user themes
 
