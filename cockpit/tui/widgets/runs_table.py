@@ -103,7 +103,7 @@ class RunsTable(ScrollView, can_focus=True):
         self._order: list[str] = []  # run ids, top to bottom
         self._index: dict[str, int] = {}
         self._cells: dict[str, tuple[Cell, ...]] = {}  # every column's cell, shown or not
-        self._fixed_cells: dict[str, tuple[RunView, tuple[Cell, ...]]] = {}
+        self._fixed_cells: dict[str, tuple[RunView, tuple[Cell, ...], tuple[Cell, ...]]] = {}
         self._columns: list[Column] = []  # in display order, optional ones included
         self._layout: tuple[int, bool] | None = None  # (run column width, role and tier shown)
         self._shown: list[tuple[str, int, int]] = []  # (column key, index in the cells, width) on screen
@@ -385,12 +385,15 @@ class RunsTable(ScrollView, can_focus=True):
         return frame
 
 
-def _cells(run: RunView, now: datetime, memo: dict[str, tuple[RunView, tuple[Cell, ...]]]) -> tuple[Cell, ...]:
+def _cells(run: RunView, now: datetime, memo: dict[str, tuple[RunView, tuple[Cell, ...], tuple[Cell, ...]]]) -> tuple[Cell, ...]:
     """The row's cells; what depends only on the run is reused while the run's view is unchanged
-    (most of fifty runs are waiting), what depends on the time is computed each tick."""
+    (most of fifty runs are waiting), what depends on the time is computed each tick (a run with
+    neither an ETA nor a checkpoint has nothing that moves with it: its whole row is reused)."""
     remembered = memo.get(run.id)
     if remembered is not None and remembered[0] == run:
         fixed = remembered[1]
+        if run.eta is None and run.last_checkpoint_at is None:  # nothing moves with the time
+            return remembered[2]
     else:
         loss_style = "bad" if fmt.metric(run.loss) in ("NaN", "inf", "-inf") else ""
         fixed = (  # the plan's and the run's words, shown with their control characters escaped
@@ -403,7 +406,7 @@ def _cells(run: RunView, now: datetime, memo: dict[str, tuple[RunView, tuple[Cel
             (escape_control(run.role), "muted"),
             (escape_control(run.tier), "muted"),
         )
-        memo[run.id] = (run, fixed)
+        memo[run.id] = (run, fixed, fixed[:5] + ((fmt.local_time(None), "muted"), (fmt.age(None), "muted")) + fixed[5:])
     checkpoint_age = None if run.last_checkpoint_at is None else (now - run.last_checkpoint_at).total_seconds()
     timed = (
         (fmt.local_time(run.eta, now), "muted" if run.eta is None else ""),

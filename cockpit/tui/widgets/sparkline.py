@@ -18,24 +18,24 @@ def sparkline(data: tuple[float, ...], width: int, low: Style, high: Style) -> T
     """The last `width` samples as bars, padded on the left; runs of one style share a span."""
     samples = data[-width:] if width > 0 else ()
     text = Text(" " * (width - len(samples)) if width > len(samples) else "", no_wrap=True, end="")
-    run, run_style = "", None
-    for value in samples:
-        char, style = _bar(value, low, high)
-        if style is run_style:
-            run += char
+    chars: list[str] = []
+    run_high: bool | None = None
+    for value in samples:  # once a second for every GPU's two lines: kept to plain arithmetic
+        if value is None or value != value or value in _INFINITE:
+            char, is_high = "·", False
         else:
-            if run:
-                text.append(run, run_style)
-            run, run_style = char, style
-    if run:
-        text.append(run, run_style)
+            level = int(round(value / 100 * 8))
+            # a GPU doing anything at all shows at least the lowest bar
+            level = 8 if level > 8 else 1 if level <= 0 and value > 0 else 0 if level < 0 else level
+            char, is_high = BARS[level], value >= 50
+        if is_high is not run_high and chars:
+            text.append("".join(chars), high if run_high else low)
+            chars = []
+        run_high = is_high
+        chars.append(char)
+    if chars:
+        text.append("".join(chars), high if run_high else low)
     return text
 
 
-def _bar(value: float, low: Style, high: Style) -> tuple[str, Style]:
-    if value is None or not math.isfinite(value):
-        return "·", low
-    level = min(8, max(0, int(round(value / 100 * 8))))
-    if level == 0 and value > 0:
-        level = 1  # a GPU doing anything at all shows at least the lowest bar
-    return BARS[level], high if value >= 50 else low
+_INFINITE = (math.inf, -math.inf)
