@@ -16,7 +16,7 @@ from textual.css.scalar import Scalar
 
 from cockpit.live.snapshot import GpuView
 from cockpit.tui.widgets import gpu_row
-from cockpit.tui.widgets.text_lines import TextLines
+from cockpit.tui.widgets.text_lines import Runs, TextLines
 
 
 class GpuLines(TextLines):
@@ -39,7 +39,7 @@ class GpuLines(TextLines):
         self.compact = False
         self._extra: list[gpu_row.Extra] = []
         # per GPU, in order: (its view, compact, width, its lines), reused while all three stay
-        self._made: list[tuple[GpuView, bool, int, list[Text]]] = []
+        self._made: list[tuple[GpuView, bool, int, list[Text | Runs]]] = []
         self._spans: list[tuple[int, int]] = []  # per GPU: (first line, how many)
 
     def show(self, gpus: tuple[GpuView, ...], fits: Callable[[int], bool] | None = None) -> None:
@@ -81,8 +81,8 @@ class GpuLines(TextLines):
         width = self.size.width if width is None else width
         return sum(gpu_row.row_height(gpu, compact, width, extra) for gpu, extra in zip(self.gpus, self._extra))
 
-    def build_lines(self, width: int) -> list[Text]:
-        lines: list[Text] = []
+    def build_lines(self, width: int) -> list[Text | Runs]:
+        lines: list[Text | Runs] = []
         made, spans = [], []
         previous = self._made
         for k, (gpu, extra) in enumerate(zip(self.gpus, self._extra)):

@@ -20,7 +20,8 @@ from rich.text import Text
 from cockpit.common.text import escape_control
 from cockpit.live.snapshot import GpuView
 from cockpit.tui import format as fmt
-from cockpit.tui.widgets.sparkline import sparkline
+from cockpit.tui.widgets.sparkline import sparkline_runs
+from cockpit.tui.widgets.text_lines import Runs
 
 LABEL_WIDTH = 7  # "0 util "
 VALUE_WIDTH = 17  # " 100% 101°C 1000W"
@@ -36,27 +37,30 @@ def row_height(gpu: GpuView, compact: bool, width: int, extra: Extra) -> int:
     return 1 + (not compact and not gpu.lost) + bool(problem_text(gpu)) + sum(len(_wrap(items, width)) for _, items in extra)
 
 
-def row_lines(gpu: GpuView, compact: bool, width: int, extra: Extra, style: Callable[[str], Style]) -> list[Text]:
+def row_lines(gpu: GpuView, compact: bool, width: int, extra: Extra, style: Callable[[str], Style]) -> list[Text | Runs]:
     """The GPU's lines for `width` cells; `style` gives a component class's style."""
     label, low, high = style("gpu-row--label"), style("gpu-row--low"), style("gpu-row--high")
     spark_width = max(1, width - LABEL_WIDTH - VALUE_WIDTH)
-    lines = []
+    lines: list[Text | Runs] = []
     if gpu.mig and not gpu.lost:  # no utilization for MIG: words, not a bar or a 0 %
         utilization = Text(f"{gpu.index} ", label, no_wrap=True, end="")
         utilization.append(MIG_UTILIZATION)
         values = values_text(gpu, compact)
         if values:
             utilization.append(" " * max(1, width - utilization.cell_len - len(values)) + values)
-    else:
-        utilization = Text(f"{gpu.index} util ".ljust(LABEL_WIDTH), label, no_wrap=True, end="")
-        utilization.append_text(sparkline(gpu.utilization_history, spark_width, low, high))
-        utilization.append(" " + utilization_text(gpu, compact))
+    else:  # the lines that move every second, as runs (no Rich text to build and render)
+        utilization = (
+            (f"{gpu.index} util ".ljust(LABEL_WIDTH), label),
+            *sparkline_runs(gpu.utilization_history, spark_width, low, high, label),
+            (" " + utilization_text(gpu, compact), label),
+        )
     lines.append(utilization)
     if not compact and not gpu.lost:
-        memory = Text("  mem".ljust(LABEL_WIDTH), label, no_wrap=True, end="")
-        memory.append_text(sparkline(gpu.memory_history, spark_width, low, high))
-        memory.append(" " + memory_text(gpu))
-        lines.append(memory)
+        lines.append((
+            ("  mem".ljust(LABEL_WIDTH), label),
+            *sparkline_runs(gpu.memory_history, spark_width, low, high, label),
+            (" " + memory_text(gpu), label),
+        ))
     problem = problem_text(gpu)
     if problem:
         lines.append(_styled(problem, style("gpu-row--lost" if gpu.lost else "gpu-row--problem")))

@@ -16,8 +16,16 @@ BARS = " ▁▂▃▄▅▆▇█"
 
 def sparkline(data: tuple[float, ...], width: int, low: Style, high: Style) -> Text:
     """The last `width` samples as bars, padded on the left; runs of one style share a span."""
+    return Text.assemble(*sparkline_runs(data, width, low, high, Style()), no_wrap=True, end="")
+
+
+def sparkline_runs(data: tuple[float, ...], width: int, low: Style, high: Style, under: Style) -> list[tuple[str, Style]]:
+    """The same bars as runs of (text, style), each style over `under`: the padding in `under`."""
     samples = data[-width:] if width > 0 else ()
-    text = Text(" " * (width - len(samples)) if width > len(samples) else "", no_wrap=True, end="")
+    runs: list[tuple[str, Style]] = []
+    if width > len(samples):
+        runs.append((" " * (width - len(samples)), under))
+    low, high = under + low, under + high
     chars: list[str] = []
     run_high: bool | None = None
     for value in samples:  # once a second for every GPU's two lines: kept to plain arithmetic
@@ -29,13 +37,13 @@ def sparkline(data: tuple[float, ...], width: int, low: Style, high: Style) -> T
             level = 8 if level > 8 else 1 if level <= 0 and value > 0 else 0 if level < 0 else level
             char, is_high = BARS[level], value >= 50
         if is_high is not run_high and chars:
-            text.append("".join(chars), high if run_high else low)
+            runs.append(("".join(chars), high if run_high else low))
             chars = []
         run_high = is_high
         chars.append(char)
     if chars:
-        text.append("".join(chars), high if run_high else low)
-    return text
+        runs.append(("".join(chars), high if run_high else low))
+    return runs
 
 
 _INFINITE = (math.inf, -math.inf)

@@ -7,6 +7,7 @@ only the changed lines dirty (Textual's line API)."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -15,8 +16,20 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 
-def _same(a: Text, b: Text) -> bool:
+# A line may also be given as its runs of text and their styles, already cut into cells: what
+# changes every second (a GPU's sparkline) skips building a Rich Text and rendering it again.
+Runs = tuple[tuple[str, Style], ...]
+
+
+def _same(a: Text | Runs, b: Text | Runs) -> bool:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return a == b
     return a.plain == b.plain and a.style == b.style and a.spans == b.spans
+
+
+def as_text(line: Text | Runs) -> Text:
+    """A line as Rich text (runs become spans)."""
+    return line if isinstance(line, Text) else Text.assemble(*line, no_wrap=True, end="")
 
 
 class TextLines(Widget):
@@ -24,7 +37,7 @@ class TextLines(Widget):
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
-        self._lines: list[Text] = []
+        self._lines: list[Text | Runs] = []
         self._strips: dict[int, Strip] = {}
         self._built_width = -1
         self._styles: dict[str, Style] = {}
@@ -40,7 +53,7 @@ class TextLines(Widget):
             style = self._styles[name] = self.get_component_rich_style(name)
         return style
 
-    def build_lines(self, width: int) -> list[Text]:
+    def build_lines(self, width: int) -> list[Text | Runs]:
         """The content as lines for `width` cells (each line is cropped to it)."""
         raise NotImplementedError
 
@@ -129,10 +142,14 @@ class TextLines(Widget):
                 base = self._base = self.rich_style
             if y < len(self._lines):
                 line = self._lines[y]
-                if line.cell_len > width:
-                    line = line.copy()
-                    line.truncate(width, overflow="ellipsis")
-                segments = [Segment(s.text, base + s.style if s.style else base) for s in line.render(self.app.console) if s.text != "\n"]
+                if isinstance(line, tuple) and sum(cell_len(text) for text, _ in line) <= width:
+                    segments = [Segment(text, base + style if style else base) for text, style in line if text]
+                else:
+                    line = as_text(line)
+                    if line.cell_len > width:
+                        line = line.copy()
+                        line.truncate(width, overflow="ellipsis")
+                    segments = [Segment(s.text, base + s.style if s.style else base) for s in line.render(self.app.console) if s.text != "\n"]
                 strip = Strip(segments).crop_extend(0, width, base)
             else:
                 strip = Strip.blank(width, base)
