@@ -171,7 +171,7 @@ def _pick(data: dict, names: tuple[str, ...]) -> float | None:
 def tui_idle(quick: bool) -> Outcome:
     title = "(c) TUI idle CPU over 60 s, 1 s refresh, 8 GPUs, 50 runs"
     if not (BENCH / "tui_idle.py").exists():
-        return Outcome([Row(title, None, "%", 2.0, "bench/tui_idle.py not present"),
+        return Outcome([Row(title, None, "%", 1.5, "bench/tui_idle.py not present"),
                         Row("(c) TUI time to first frame", None, "s", 1.0)], 0.0)
     window = ["--seconds", "10"] if quick else []
     # exit 1 is the script's own verdict on a target, not a failure to measure
@@ -190,7 +190,7 @@ def tui_idle(quick: bool) -> Outcome:
         if figures["cpu"] is None and not error:
             error = "cannot read tui_idle.py's output: " + text.strip()[:300]
     return Outcome([
-        Row(title, figures.get("cpu"), "%", 2.0),
+        Row(title, figures.get("cpu"), "%", 1.5),
         Row("(c) TUI time to first frame (from building the app)", figures.get("frame"), "s", 1.0),
         Row("    from process start, imports included", figures.get("frame_from_start"), "s", None),
     ], seconds, error)

@@ -4,7 +4,7 @@ Runs the app headless against a fake engine with 8 GPUs and 50 runs (ten of them
 their steps, losses and ETAs move every tick, and every GPU's sparklines shift) at a 1 s refresh,
 for 60 s by default, and prints the process's CPU time over wall time (the whole process: the UI
 thread and the polling worker; the fake engine itself costs next to nothing) and the time from
-building the app to the first snapshot on screen. Targets: ≤ 2 % of one core, first frame ≤ 1 s.
+building the app to the first snapshot on screen. Targets: ≤ 1.5 % of one core, first frame ≤ 1 s.
 
     .venv/bin/python bench/tui_idle.py [--seconds 60] [--size 120x40] [--refresh 1.0]
                                        [--gpus 8] [--runs 50] [--running 10]
@@ -155,10 +155,10 @@ def main() -> int:
     result = asyncio.run(measure(args.seconds, (width, height), args.refresh, args.gpus, args.runs, args.running))
     print(f"cockpit TUI idle, {args.gpus} GPUs × {args.runs} runs ({min(args.running, args.runs)} moving), "
           f"{width}x{height}, refresh {args.refresh:g} s, {result['wall_seconds']:.0f} s measured")
-    print(f"  CPU: {result['cpu_percent_of_a_core']:.2f} % of one core ({result['cpu_ms_per_tick']:.1f} ms per tick, {result['ticks']} ticks)  target ≤ 2 %")
+    print(f"  CPU: {result['cpu_percent_of_a_core']:.2f} % of one core ({result['cpu_ms_per_tick']:.1f} ms per tick, {result['ticks']} ticks)  target ≤ 1.5 %")
     print(f"  first frame: {result['first_frame_from_app_seconds']:.3f} s from building the app "
           f"({result['first_frame_from_process_start_seconds']:.3f} s from process start, imports {result['import_seconds']:.3f} s)  target ≤ 1 s")
-    ok = result["cpu_percent_of_a_core"] <= 2.0 and result["first_frame_from_app_seconds"] <= 1.0
+    ok = result["cpu_percent_of_a_core"] <= 1.5 and result["first_frame_from_app_seconds"] <= 1.0
     return 0 if ok else 1
 
 

@@ -717,7 +717,7 @@ async def test_runs_table_repaints_only_the_rows_that_changed(seed_campaign, mon
         await pilot.press("down")  # the cursor on v-r16 must stay there
         repainted: list[int] = []
         original = RunsTable.refresh_row
-        monkeypatch.setattr(RunsTable, "refresh_row", lambda self, row: (repainted.append(row), original(self, row)))
+        monkeypatch.setattr(RunsTable, "refresh_row", lambda self, *rows: (repainted.extend(rows), original(self, *rows)))
         first = seed_runs()[0]
         moved = replace(first, step=12500, loss=0.4011, last={"step": 12500, "loss": 0.4011, "eval/macro_f1": 0.712})
         source.snapshot = make_snapshot(runs=(moved,) + seed_runs()[1:])  # the polls say the same

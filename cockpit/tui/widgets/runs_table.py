@@ -167,16 +167,20 @@ class RunsTable(ScrollView, can_focus=True):
         if widen and self._fit_columns():
             self._cells = wanted
             return
+        changed = []
         for run_id, cells in wanted.items():
             if cells != self._cells[run_id]:
                 self._cells[run_id] = cells
-                self.refresh_row(self._index[run_id])
+                changed.append(self._index[run_id])
+        if changed:
+            self.refresh_row(*changed)
 
-    def refresh_row(self, row: int) -> None:
-        """Repaint one run's line, when it is on screen (a scroll draws the others)."""
-        y = row + 1 - round(self.scroll_y)
-        if 1 <= y < self.size.height:
-            self.refresh(Region(0, y, self.size.width, 1))
+    def refresh_row(self, *rows: int) -> None:
+        """Repaint these runs' lines, those on screen (a scroll draws the others), in one refresh."""
+        top, height, width = round(self.scroll_y), self.size.height, self.size.width
+        regions = [Region(0, y, width, 1) for y in (row + 1 - top for row in rows) if 1 <= y < height]
+        if regions:
+            self.refresh(*regions)
 
     def _define_columns(self, runs: tuple[RunView, ...]) -> None:
         quality = self._quality_label

@@ -89,8 +89,8 @@ class TextLines(Widget):
         changed = [y for y, (new, old) in enumerate(zip(lines, before)) if not _same(new, old)]
         for y in changed:
             self._strips.pop(y, None)
-            if repaint:
-                self.refresh(Region(0, y, width, 1))
+        if changed and repaint:  # one refresh for all of them: each call costs a region walk
+            self.refresh(*(Region(0, y, width, 1) for y in changed))
         if changed and not repaint:
             self._stale = True
 
