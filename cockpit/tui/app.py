@@ -10,6 +10,7 @@ confirmed on screen only once it is on disk.
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import os
 import queue
@@ -124,6 +125,7 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
         self._poll_timer: Timer | None = None
         self._tick_requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
         self._tick_thread: threading.Thread | None = None
+        self._frozen = False  # gc.freeze() after the first frame
         self._previous_alerts: dict[str, int | None] | None = None
         # Acknowledgements on disk that the engine's snapshots do not show yet (a tick under way
         # while it was written): set on the alerts of each snapshot until the engine says so too.
@@ -253,6 +255,9 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
 
     def on_unmount(self) -> None:
         self._tick_requests.put(False)
+        if self._frozen:
+            self._frozen = False
+            gc.unfreeze()
 
     def on_snapshot_ready(self, message: SnapshotReady) -> None:
         if self._shutting_down():
@@ -343,6 +348,11 @@ class CockpitApp(ChartKeys, App[None]):  # charts (issue 20): Enter, c, b
 
     def _first_frame_painted(self) -> None:
         self.first_frame_seconds = perf_counter() - self._constructed
+        # What exists now (modules, widgets, styles) lives as long as the app: kept out of the
+        # garbage collector's full passes, which otherwise walk all of it every half minute or
+        # so for 70-110 ms (undone when the app leaves, so that all of it can be freed)
+        gc.freeze()
+        self._frozen = True
 
     def _announce_new_alerts(self, alerts: tuple[AlertView, ...]) -> None:
         """A toast and the bell for each alert that was not in the previous snapshot."""
