@@ -438,9 +438,10 @@ def compare_id_files(expected: Path, present: Path) -> IdsComparison:
 #
 # Each helper is a fresh interpreter (never a fork: the caller may run threads), started with the
 # same PYTHONHASHSEED so that both hash an id alike, fed requests on its stdin and answering on its
-# stdout, one JSON document a line (plain data: nothing a helper reads can run code). A helper writes a file's hashes to a temporary file (batch after batch, each
-# sorted by bucket) and an index of where each piece lies, so no process holds both files' hashes:
-# the other helper reads the pieces of its buckets back with pread(2).
+# stdout, one JSON document a line (plain data: nothing a helper reads can run code). A helper
+# writes a file's hashes to a temporary file (batch after batch, each sorted by bucket) and an
+# index of where each piece lies, so no process holds both files' hashes: the other helper reads
+# the pieces of its buckets back with pread(2).
 
 PARALLEL_MIN_BYTES = 32 << 20  # below this (both files together), no process is started
 WORKERS = 2

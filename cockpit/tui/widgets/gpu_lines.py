@@ -42,43 +42,36 @@ class GpuLines(TextLines):
         self._made: list[tuple[GpuView, bool, int, list[Text | Runs]]] = []
         self._spans: list[tuple[int, int]] = []  # per GPU: (first line, how many)
 
-    def show(self, gpus: tuple[GpuView, ...], fits: Callable[[int], bool] | None = None) -> None:
+    def show(self, gpus: tuple[GpuView, ...], fits: Callable[[int], bool]) -> None:
         """A new sample: the histories are new tuples, so an unchanged GPU compares equal and its
         lines are reused; the lines that differ are repainted, nothing else. `fits` says whether
-        that many lines fit the panel: two lines a GPU when they do, else one, decided before the
-        lines are made (once, not once per mode)."""
-        changed = gpus != self.gpus
-        if changed:
-            before = list(zip(self.gpus, self._extra))
+        that many lines fit the panel (see `fit`), decided before the lines are made."""
+        if gpus != self.gpus:
             self.gpus = gpus
-            self._extra = [
-                before[k][1] if k < len(before) and before[k][0] is gpu else gpu_row.extra_lines(gpu)
-                for k, gpu in enumerate(gpus)
-            ]
-        compact = self.compact if fits is None else not fits(self.lines_wanted(False))
-        if changed or compact != self.compact:
+            self._extra = [gpu_row.extra_lines(gpu) for gpu in gpus]
+            self.compact = not fits(self.lines_wanted(False))
+            self.update_lines()
+        else:
+            self.fit(fits)
+
+    def fit(self, fits: Callable[[int], bool]) -> None:
+        """Two lines a GPU when `fits` says they all fit, else one (8 GPUs at 80×24)."""
+        compact = not fits(self.lines_wanted(False))
+        if compact != self.compact:
             self.compact = compact
             self.update_lines()
 
-    def update_lines(self, *, repaint: bool = True) -> None:
-        super().update_lines(repaint=repaint)
+    def update_lines(self) -> None:
+        super().update_lines()
         if self._built_width > 0 and self.styles.height != Scalar.from_number(len(self._lines)):
             # The height is set, not left to `auto`: Textual keeps a widget's box by a layout
             # counter that a second layout request does not move while the first is pending, and
             # the panel kept the old height (a scrollbar for a line that was gone)
             self.styles.height = len(self._lines)
 
-    def set_compact(self, compact: bool) -> None:
-        if compact != self.compact:
-            self.compact = compact
-            self.update_lines()
-
-    def line_count(self) -> int:
-        return self.lines_wanted(self.compact)
-
-    def lines_wanted(self, compact: bool, width: int | None = None) -> int:
-        """The GPUs' lines in `compact` mode at `width` (the widget's own by default)."""
-        width = self.size.width if width is None else width
+    def lines_wanted(self, compact: bool) -> int:
+        """The GPUs' lines in `compact` mode at the widget's width."""
+        width = self.size.width
         return sum(gpu_row.row_height(gpu, compact, width, extra) for gpu, extra in zip(self.gpus, self._extra))
 
     def build_lines(self, width: int) -> list[Text | Runs]:

@@ -67,18 +67,14 @@ class GpuPanel(VerticalScroll):
         self._host.show(host)
 
     def on_resize(self) -> None:
-        self._fit_rows()
+        self.gpu_lines.fit(self._fits)
 
     def _fits(self, lines: int) -> bool:
-        """Whether `lines` GPU lines fit under the NVML status, above the host line."""
+        """Whether `lines` GPU lines fit under the NVML status, above the host line: two lines a
+        GPU when they all fit, else one; scroll beyond that. A lost or slowed GPU takes a third
+        line (a power cap is common on a loaded GPU); MIG, health counters and container
+        processes take theirs."""
         height = self.content_size.height
         status = self._status
         status_lines = status.outer_size.height if status.has_class("-shown") else 0
         return height <= 0 or lines + 1 + status_lines <= height
-
-    def _fit_rows(self) -> None:
-        """Two lines per GPU when they all fit, else one (8 GPUs at 80×24); scroll beyond that.
-        A lost or slowed GPU takes a third line (a power cap is common on a loaded GPU); MIG,
-        health counters and container processes take theirs."""
-        width = self.scrollable_content_region.width
-        self.gpu_lines.set_compact(not self._fits(self.gpu_lines.lines_wanted(False, width)))

@@ -41,7 +41,6 @@ class TextLines(Widget):
         self._strips: dict[int, Strip] = {}
         self._built_width = -1
         self._styles: dict[str, Style] = {}
-        self._stale = False  # lines changed while out of view, not repainted yet
         self._base: Style | None = None  # the widget's style during one frame's render_lines
 
     # -- for subclasses
@@ -57,26 +56,13 @@ class TextLines(Widget):
         """The content as lines for `width` cells (each line is cropped to it)."""
         raise NotImplementedError
 
-    def line_count(self) -> int | None:
-        """How many lines `build_lines` will return, when the subclass can tell without building
-        them (None: it cannot). Lets a widget out of view skip building lines nobody sees."""
-        return None
-
-    def update_lines(self, *, repaint: bool = True) -> None:
-        """Rebuild the lines from the subclass's state and repaint the ones that differ.
-
-        `repaint=False` is for a widget scrolled out of view: its new lines are kept and drawn by
-        `repaint_if_stale` when it comes back. (Textual re-arranges the whole screen, every frame,
-        for a widget refreshed while it is not visible.) A change of height is always laid out."""
+    def update_lines(self) -> None:
+        """Rebuild the lines from the subclass's state and repaint the ones that differ. A change
+        of height is laid out."""
         width = self.size.width
         if width <= 0:  # not laid out yet: the first render builds them
             self._built_width = -1
             self.refresh()
-            return
-        if not repaint and self._lines and self.line_count() == len(self._lines):
-            self._built_width = -1  # out of view, same height: built when it is drawn again
-            self._strips.clear()
-            self._stale = True
             return
         lines = self.build_lines(width)
         before = self._lines
@@ -89,16 +75,8 @@ class TextLines(Widget):
         changed = [y for y, (new, old) in enumerate(zip(lines, before)) if not _same(new, old)]
         for y in changed:
             self._strips.pop(y, None)
-        if changed and repaint:  # one refresh for all of them: each call costs a region walk
+        if changed:  # one refresh for all of them: each call costs a region walk
             self.refresh(*(Region(0, y, width, 1) for y in changed))
-        if changed and not repaint:
-            self._stale = True
-
-    def repaint_if_stale(self) -> None:
-        """Draw what changed while the widget was out of view."""
-        if self._stale:
-            self._stale = False
-            self.refresh()
 
     # -- Textual
 
