@@ -3,8 +3,10 @@
 
     .venv/bin/python bench/engine_tick.py [--ticks 300] [--runs 50] [--gpus 8]
 
-Each run appends 5 metric lines between ticks (a busy campaign at 1 Hz); the figure is the
-process CPU time (user + system) of the ticks alone, median and 95th percentile.
+Each run appends 5 metric lines between ticks (a busy campaign at 1 Hz) and has a live process of
+its own (a `sleep` started by the benchmark, whose pid its `started` event reports), so the tick
+checks 50 running processes as it would on a real box; the figure is the process CPU time (user +
+system) of the ticks alone, median and 95th percentile.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +89,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="cockpit-bench-"))
+    sleepers: list[subprocess.Popen] = []
     try:
         now = datetime.now(timezone.utc)
         (folder / "campaign.toml").write_text(campaign_text(args.runs, args.gpus, now - timedelta(hours=1)))
@@ -94,7 +98,10 @@ def main() -> None:
             path = folder / "runs" / f"r{i}" / "metrics.jsonl"
             path.parent.mkdir(parents=True)
             handle = open(path, "a")
-            handle.write(json.dumps({"ts": now.timestamp(), "event": "started", "pid": 3_999_000 + i, "config_sha256": "ab" * 32}) + "\n")
+            process = subprocess.Popen(["sleep", "3600"])  # the run's own process
+            sleepers.append(process)
+            started = {"ts": time.time(), "event": "started", "pid": process.pid, "config_sha256": "ab" * 32}
+            handle.write(json.dumps(started) + "\n")
             streams.append(handle)
         engine = Engine(load_campaign(folder), gpus=FakeGpus(args.gpus))
         step = 0
@@ -106,8 +113,12 @@ def main() -> None:
                     handle.write(json.dumps({"ts": time.time(), "step": step, "loss": 1.0 / (1 + step), "eval/acc": 0.5}) + "\n")
                 handle.flush()
             before = time.process_time()
-            engine.tick()
+            last = engine.tick()
             costs.append((time.process_time() - before) * 1000)
+        engine.close()
+        not_running = [r.id for r in last.runs if r.state != "running"]
+        if not_running:  # the figure would not be the one this benchmark names
+            raise SystemExit(f"runs not seen running by the last tick: {', '.join(not_running)}")
         for handle in streams:
             handle.close()
         costs = costs[5:]  # the first ticks load the state and compile rules
@@ -123,6 +134,9 @@ def main() -> None:
             print(f"engine tick, {args.gpus} simulated GPUs, {args.runs} runs, 5 new lines a run a tick: "
                   f"median {result['median_ms']} ms CPU, p95 {result['p95_ms']} ms (target ≤ 10 ms)")
     finally:
+        for process in sleepers:
+            process.kill()
+            process.wait()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -156,6 +156,9 @@ class Engine:
         """Save where reading stopped and release the GPU source."""
         self._save(force=True)
         self.health.close()
+        release = getattr(self.host, "close", None)  # the pidfds that watch the runs' processes
+        if release:
+            release()
         closer = getattr(self.gpus, "close", None)
         if closer:
             closer()

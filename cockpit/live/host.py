@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from cockpit.common.times import iso, utc_now
+from cockpit.live.process_watch import ProcessWatch
 
 if TYPE_CHECKING:
     from cockpit.live.gpu import GpuSample
@@ -28,6 +29,9 @@ RUN_ID_VARIABLE = "COCKPIT_RUN_ID"
 # event (beyond the clock tolerance) cannot be the run's: its pid was reused.
 STARTUP_ALLOWANCE_SECONDS = 900.0
 START_TOLERANCE_SECONDS = 2.0
+
+# Answers that stay true for a (pid, start): the run's own process is gone or was never this pid.
+FINAL_OUTCOMES = frozenset({"ended", "reused", "not-the-run"})
 
 # How a GPU process was tied to a run, strongest first.
 MATCHED_BY = ("pid", "parent", "env", "own-pid")
@@ -221,6 +225,15 @@ class HostProcesses:
         self._known: dict[int, _Known] = {}
         self._container = False
         self._identity = dict(identity) if identity is not None else None
+        self._watch: ProcessWatch[ProcessCheck] = ProcessWatch()
+
+    def close(self) -> None:
+        """Release the pidfds that watch runs' processes (watching resumes if asked again)."""
+        self._watch.close()
+
+    def watched(self) -> int:
+        """How many runs' processes are watched through a pidfd now."""
+        return self._watch.watched()
 
     @property
     def container(self) -> bool:
@@ -430,8 +443,39 @@ class HostProcesses:
         startup_allowance_s: float = STARTUP_ALLOWANCE_SECONDS,
     ) -> ProcessCheck:
         """Whether `pid` is the process that reported `started_at`. Without a start time only
-        existence is checked. `same_user` also requires the cockpit's own uid."""
-        return self._inspect(pid, started_at, same_user, tolerance_s, startup_allowance_s)[0]
+        existence is checked. `same_user` also requires the cockpit's own uid.
+
+        Asked every tick for every run, so answers are kept (`ProcessWatch`): a final one (ended,
+        reused, not-the-run) for good, a live one while a pidfd on that very process says it runs.
+        """
+        key = (pid, None if started_at is None else _epoch(started_at), tolerance_s, startup_allowance_s, same_user)
+        final = self._watch.final(key)
+        if final is not None:
+            return final
+        running, answer = self._watch.still_running(key)
+        if running:
+            return answer  # type: ignore[return-value]
+        if running is False:
+            ended = ProcessCheck(pid, False, "ended", f"process {pid} has ended")
+            self._watch.remember_final(key, ended)
+            return ended
+        pidfd = None
+        if self._use_pidfd and not same_user and self._refusal(pid) is None:
+            try:
+                pidfd = os.pidfd_open(pid)  # before the lookup: the lookup then judges the pinned process
+            except ProcessLookupError:
+                pidfd = None  # gone: the lookup below says so
+            except OSError:
+                pidfd = None  # old kernel, seccomp, out of fds: looked up each time instead
+        check = self._inspect(pid, started_at, same_user, tolerance_s, startup_allowance_s)[0]
+        if pidfd is not None:
+            if check.ok:
+                self._watch.watch(key, pidfd, check)
+            else:
+                os.close(pidfd)
+        if check.outcome in FINAL_OUTCOMES:
+            self._watch.remember_final(key, check)
+        return check
 
     def is_alive(
         self,

@@ -102,9 +102,6 @@ class _Lane:
     def __init__(self) -> None:
         self.busy: list[tuple[int, int]] = []
 
-    def free(self, start: int, end: int) -> bool:
-        return all(not (s < end and start < e) for s, e in self.busy)
-
     def add(self, start: int, end: int) -> None:
         self.busy.append((start, end))
         self.busy.sort()
@@ -113,15 +110,22 @@ class _Lane:
 def _earliest(lanes: Sequence[_Lane], ready: int, duration: int) -> int:
     """The earliest start at or after `ready` when every lane is free for `duration`.
 
-    It is `ready` itself or the end of some busy interval, so those are the only candidates.
+    One pass over the lanes' busy intervals in order of start: an interval that overlaps the
+    candidate window pushes the candidate to its end, the first that begins after the window
+    ends the search. (The live clock re-plans every tick; this is linear where trying each busy
+    end against every lane was quadratic.)
     """
     if duration == 0 or not lanes:
         return ready
-    candidates = sorted({ready} | {e for lane in lanes for _, e in lane.busy if e > ready})
-    for start in candidates:
-        if all(lane.free(start, start + duration) for lane in lanes):
-            return start
-    raise AssertionError("the end of the last busy interval is always free")  # pragma: no cover
+    busy = lanes[0].busy if len(lanes) == 1 else sorted(i for lane in lanes for i in lane.busy)
+    start = ready
+    for s, e in busy:
+        if e <= start:
+            continue
+        if s >= start + duration:
+            break
+        start = e
+    return start
 
 
 def schedule(

@@ -425,3 +425,88 @@ def test_a_pid_is_judged_only_in_the_host_and_pid_namespace_it_came_from():
     from cockpit.feed.reporter import process_identity
 
     assert HostProcesses(FakePsutil()).identity == process_identity()
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching a run's process every tick, cheaply (issue 15: the engine tick's target)
+
+
+def test_a_run_process_found_gone_is_not_looked_up_again():
+    """Ended, reused and not-the-run are final for a (pid, start): the run's process never comes
+    back, so the tick does not ask the process table again, and a newcomer on the pid is not it."""
+    fake = FakePsutil({})
+    procs = host(fake)
+    first = procs.check(4242, START)
+    assert first.outcome == "ended" and not first.ok
+    fake.processes[4242] = {"created": START + 600}  # the pid now names a later process
+    for _ in range(5):
+        again = procs.check(4242, START)
+        assert again == first
+    assert fake.opened == [4242]
+
+    fake.processes[5000] = {"created": START + 600}
+    reused = procs.check(5000, START)
+    assert reused.outcome == "reused"
+    del fake.processes[5000]
+    assert procs.check(5000, START).outcome == "reused"
+    assert fake.opened.count(5000) == 1
+
+
+def test_a_live_run_process_is_still_inspected_each_tick_without_a_pidfd():
+    fake = FakePsutil({4242: {"created": START - 5}})
+    procs = host(fake)
+    assert procs.check(4242, START).ok
+    assert procs.check(4242, START).ok
+    fake.processes[4242] = {"status": psutil.STATUS_ZOMBIE, "created": START - 5}
+    assert procs.check(4242, START).outcome == "ended"
+    assert fake.opened == [4242, 4242, 4242]
+
+
+def test_a_real_run_process_is_watched_through_a_pidfd_and_its_end_seen_at_once(monkeypatch):
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("this system has no pidfd_open")
+    run = sleeper()
+    procs = HostProcesses()
+    try:
+        reported = datetime.now(timezone.utc)
+        assert procs.check(run.pid, reported).ok
+        looked_up: list[int] = []
+        real = psutil.Process
+        monkeypatch.setattr(psutil, "Process", lambda pid: looked_up.append(pid) or real(pid))
+        for _ in range(5):
+            assert procs.check(run.pid, reported).ok
+        assert looked_up == []  # the pidfd answers: no process table read a tick
+
+        run.kill()  # a zombie until reaped: ended already
+        deadline = time.monotonic() + 10
+        while procs.check(run.pid, reported).ok:
+            assert time.monotonic() < deadline, "the pidfd never said the process ended"
+            time.sleep(0.01)
+        gone = procs.check(run.pid, reported)
+        assert gone.outcome == "ended" and "has ended" in gone.message
+        run.wait(timeout=10)
+        assert procs.check(run.pid, reported).outcome == "ended"
+        # Another start for the same pid is judged afresh, not from the first one's answer.
+        assert procs.check(run.pid, reported + timedelta(hours=1)).outcome == "ended"
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.wait(timeout=10)
+        procs.close()
+    assert procs.watched() == 0
+
+
+def test_a_pidfd_is_never_kept_for_a_process_that_is_not_the_run():
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("this system has no pidfd_open")
+    bystander = sleeper()
+    procs = HostProcesses()
+    try:
+        reported = datetime.now(timezone.utc)
+        assert procs.check(bystander.pid, reported + timedelta(hours=2)).outcome == "not-the-run"
+        assert procs.check(bystander.pid, reported - timedelta(seconds=30)).outcome == "reused"
+        assert procs.watched() == 0
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
+        procs.close()

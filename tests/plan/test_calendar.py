@@ -294,3 +294,33 @@ def test_no_shared_gpu_or_operator_overlaps_and_dependencies_hold(calendar, retr
     kept = {i.id for i in items if keep is None or i.tier.value in keep}
     assert {s.id for s in slots} == kept
     assert plan.committed_hours == pytest.approx(max((s.end_hours for s in slots), default=0) + retrieval)
+
+
+# The earliest common free time of several lanes: the scan the live clock re-runs every tick
+# (issue 15: the engine tick's target) must say exactly what the definition says.
+
+def _earliest_by_definition(lanes: list[list[tuple[int, int]]], ready: int, duration: int) -> int:
+    """The first of `ready` and the busy ends after it at which every lane is free for `duration`."""
+    if duration == 0 or not lanes:
+        return ready
+    for start in sorted({ready} | {e for lane in lanes for _, e in lane if e > ready}):
+        if all(not (s < start + duration and start < e) for lane in lanes for s, e in lane):
+            return start
+    raise AssertionError("unreachable")
+
+
+_intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)).map(lambda p: (p[0], p[0] + p[1])), max_size=8)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_intervals, max_size=4), st.integers(0, 70), st.integers(0, 25))
+def test_the_earliest_free_start_of_several_lanes_is_the_definitions(lanes, ready, duration):
+    from cockpit.plan.schedule import _earliest, _Lane
+
+    built = []
+    for busy in lanes:
+        lane = _Lane()
+        for start, end in busy:
+            lane.add(start, end)
+        built.append(lane)
+    assert _earliest(built, ready, duration) == _earliest_by_definition(lanes, ready, duration)
