@@ -6,10 +6,14 @@
 the lot is simulated in two parts, each driving the real `Engine` with an injected clock:
 
 1. **Per-second state** — 8 simulated GPUs, 50 runs, the clock advancing 1 s a tick and every run
-   appending one metric line a tick (an eval line every 100), for `--ticks` ticks. RSS is read
+   appending one metric line a tick (an eval line every 10), for `--ticks` ticks. RSS is read
    every 1,000 ticks (after a garbage collection), with the interpreter's count of allocated
    blocks; after a warm-up (the first third: bounded histories fill, the time rules fire once)
-   the slope of RSS against ticks is fitted and extended to 2,592,000 ticks. Anything kept per
+   the slope of RSS against ticks is fitted and extended to 2,592,000 ticks. Every bounded
+   history must be full before the fit, or a straight line extends a growth that stops: each
+   series keeps at most 333 buckets, which the eval series (one point in 10 lines) fill at tick
+   3,330 (at one eval line in 100 they would still be filling at tick 30,000). The script says
+   whether each series was full when the fit began. Anything kept per
    tick or per line shows up as a slope, in blocks long before it shows in RSS.
 2. **A whole 30-day stream** — one run whose stream grows by 3,600 lines (one hour at 1 Hz)
    between ticks, the clock advancing an hour a tick, for 720 ticks: 2,592,000 lines, the full
@@ -80,7 +84,7 @@ def rss_mb() -> float:
 
 
 def line(ts: float, step: int) -> str:
-    if step % 100 == 99:
+    if step % 10 == 9:
         return json.dumps({"ts": ts, "step": step, "eval/acc": 0.5 + (step % 7) / 100, "eval/loss": 1.2}) + "\n"
     return json.dumps({"ts": ts, "step": step, "loss": 2.0 / (1 + step % 1000), "lr": 1e-4, "grad_norm": 0.7}) + "\n"
 
@@ -118,6 +122,7 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
         engine = Engine(load_campaign(folder), clock=clock, gpus=FakeGpus(gpus, clock=clock), monotonic=clock.monotonic)
         samples: list[tuple[int, float]] = []
         blocks: list[tuple[int, float]] = []
+        full_at_fit: dict | None = None
         started = time.perf_counter()
         for tick in range(1, ticks + 1):
             clock.advance(1.0)
@@ -127,6 +132,8 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
                 handle.flush()
             engine.tick()
             if tick % 1000 == 0:
+                if full_at_fit is None and tick > ticks / 3:
+                    full_at_fit = _bounded_full(engine)
                 gc.collect()
                 samples.append((tick, rss_mb()))
                 blocks.append((tick, float(sys.getallocatedblocks())))
@@ -159,6 +166,7 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
         "blocks_end": int(blocks[-1][1]) if blocks else None,
         "blocks_slope_per_day": round(slope_per_tick(warm_blocks) * 86400, 1),
         "rss_every_1000_ticks_mb": [round(y, 1) for _, y in samples],
+        "full_when_fit_began": full_at_fit,
         "series": kept,
     }
 
@@ -207,6 +215,15 @@ def whole_stream(days: int) -> dict:
     }
 
 
+def _bounded_full(engine: Engine) -> dict:
+    """Which bounded histories had reached their bound: a series once its buckets first merged,
+    the clock history once it holds its most samples."""
+    series = [ds for run in engine.series.runs.values() for ds in run.series.values()]
+    clock = engine.series.clock
+    return {"series_full": sum(1 for ds in series if ds.width > 1), "series": len(series),
+            "clock_samples": len(clock.samples), "clock_max": clock.max_samples}
+
+
 def _series_figures(engine: Engine) -> dict:
     """How much the charts keep: the most points of any series, values read, clock samples."""
     view = engine.series.view()
@@ -241,6 +258,10 @@ def main() -> None:
           f"slope {first['slope_mb_per_day']} MB/day → {first['projected_30_days_mb']} MB projected at 30 days")
     print(f"        allocated blocks {first['blocks_after_warmup']:,} after warm-up → {first['blocks_end']:,} at the end "
           f"({first['blocks_slope_per_day']:+,.0f} a day)")
+    full = first["full_when_fit_began"]
+    if full:
+        print(f"        when the fit began: {full['series_full']} of {full['series']} series at their bound; "
+              f"clock history {full['clock_samples']} of {full['clock_max']} samples")
     print(f"part 2: {second['lines']:,} lines ({second['stream_mb']} MB) over {second['days']} simulated days, one run")
     print(f"        RSS {second['rss_day_1_mb']} MB after day 1 → {second['rss_end_mb']} MB after day {second['days']} "
           f"(max {second['rss_max_mb']} MB)")

@@ -100,6 +100,7 @@ class Engine:
         self._rearmed: set[str] = set()  # standing conditions that cleared since they were logged
         self._undeclared: str | None = None  # the notice on runs/ folders the campaign does not declare
         self._undeclared_at: float | None = None
+        self._starts_logged: dict[str, Any] = {}
         self.pilot_due_at: datetime | None = None
         self._ticked = False
         self.health = HealthMonitor(self.directory, campaign.model.health, persist=persist, monotonic=monotonic)
@@ -374,12 +375,21 @@ class Engine:
 
     def _log_run_starts(self, recorded: RecordedState) -> None:
         """`run_started` once for each `started` event a run reported (a restart is a new start)."""
-        logged = {(e.get("run"), e.get("metric_ts")) for e in recorded.runs_started}
-        new = [
+        known = self._starts_logged  # run → the start's ts already found in the log: not looked at again
+        candidates = [
             (run_id, stream.track.started)
             for run_id, stream in self.streams.items()
-            if stream.track.started and (run_id, _ts_text(stream.track.started.get("ts"))) not in logged
+            if stream.track.started and known.get(run_id, _UNSEEN) != stream.track.started.get("ts")
         ]
+        if not candidates:
+            return
+        logged = {(e.get("run"), e.get("metric_ts")) for e in recorded.runs_started}
+        new = []
+        for run_id, started in candidates:
+            if (run_id, _ts_text(started.get("ts"))) in logged:
+                known[run_id] = started.get("ts")  # the run log is append-only: it stays logged
+            else:
+                new.append((run_id, started))
         if not new:
             return
         try:
@@ -554,6 +564,9 @@ class Engine:
             pilot_due_at=self.pilot_due_at,
             series=self.series.view(self._monotonic()),  # charts (issue 20)
         )
+
+
+_UNSEEN = object()
 
 
 def _ts_text(seconds: Any) -> str | None:

@@ -122,7 +122,8 @@ class MetricsStream:
         chunk_bytes: int = CHUNK_BYTES,
     ):
         self.run_id = run_id
-        self.path = Path(path)
+        self._path = Path(path)
+        self._path_text = os.fspath(self._path)  # what the system calls take, made once (polled every tick)
         self.position = position or StreamPosition()
         self.track = track or RunTrack()
         self.max_line_bytes = max_line_bytes
@@ -131,6 +132,10 @@ class MetricsStream:
         self.error: str | None = None  # why the last poll could not read the file, in words
         self._ts_text: str | None = None  # the last ISO ts parsed, and its value: lines repeat them
         self._ts_value: float | None = None
+
+    @property
+    def path(self) -> Path:
+        return self._path
 
     # ------------------------------------------------------------ polling
 
@@ -153,7 +158,7 @@ class MetricsStream:
         # Looked at before it is opened: a FIFO or a device is never opened for reading (an open
         # can block, rewind a tape, or read forever from /dev/zero); O_NONBLOCK guards the race.
         try:
-            kind = _not_a_file(os.stat(self.path).st_mode)
+            kind = _not_a_file(os.stat(self._path_text).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             self.missing = True
             return PollResult(missing=True)
@@ -163,7 +168,7 @@ class MetricsStream:
             self.missing = False
             return PollResult(error=f"{self.path} is {kind}, not a metrics file")
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+            fd = os.open(self._path_text, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         except (FileNotFoundError, NotADirectoryError):
             self.missing = True
             return PollResult(missing=True)

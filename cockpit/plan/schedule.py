@@ -173,13 +173,15 @@ def schedule(
 
     durations: dict[str, int] = {}
     needs: dict[str, list[str]] = {}
+    gpus_of: dict[str, tuple[int, ...]] = {}
     for item in kept:
         durations[item.id] = _nanohours(overrides.get(item.id, item.hours), f"'{item.id}'")
         for dependency in item.after:
             if dependency not in kept_ids and dependency not in dropped:
                 raise ValueError(f"'{item.id}' comes after '{dependency}', which is no task or run")
         needs[item.id] = [d for d in item.after if d in kept_ids]
-        for gpu in item.gpu_list:
+        gpus_of[item.id] = tuple(item.gpu_list)
+        for gpu in gpus_of[item.id]:
             if not 0 <= gpu < gpu_count:
                 raise ValueError(
                     f"'{item.id}' needs GPU {gpu}, but the lot holds {gpu_count} "
@@ -209,12 +211,14 @@ def schedule(
         duration = durations[item.id]
         ready = max((placed[d][1] for d in needs[item.id]), default=0)
         kind = _kind(item)
-        gpus = tuple(item.gpu_list) if kind == MACHINE else ()
+        gpus = gpus_of[item.id] if kind == MACHINE else ()
         lot = 0
         if kind == HUMAN:
             start = _earliest([operator], ready, duration)
             if duration:
                 operator.add(start, start + duration)
+        elif lots == 1:
+            start = _earliest([gpu_lanes[(0, g)] for g in gpus], ready, duration)
         else:
             # On several boxes: the earliest start wins; on a tie, the box its inputs are on.
             near = {placed[d][2] for d in needs[item.id]}
@@ -222,6 +226,7 @@ def schedule(
                 (_earliest([gpu_lanes[(b, g)] for g in gpus], ready, duration), b not in near, b)
                 for b in range(lots)
             )
+        if kind != HUMAN:
             if duration:
                 for gpu in gpus:
                     gpu_lanes[(lot, gpu)].add(start, start + duration)
