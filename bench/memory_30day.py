@@ -7,14 +7,20 @@ the lot is simulated in two parts, each driving the real `Engine` with an inject
 
 1. **Per-second state** — 8 simulated GPUs, 50 runs, the clock advancing 1 s a tick and every run
    appending one metric line a tick (an eval line every 10), for `--ticks` ticks. RSS is read
-   every 1,000 ticks (after a garbage collection), with the interpreter's count of allocated
-   blocks; after a warm-up (the first third: bounded histories fill, the time rules fire once)
-   the slope of RSS against ticks is fitted and extended to 2,592,000 ticks. Every bounded
-   history must be full before the fit, or a straight line extends a growth that stops: each
-   series keeps at most 333 buckets, which the eval series (one point in 10 lines) fill at tick
-   3,330 (at one eval line in 100 they would still be filling at tick 30,000). The script says
-   whether each series was full when the fit began. Anything kept per
-   tick or per line shows up as a slope, in blocks long before it shows in RSS.
+   every 1,000 ticks (after a garbage collection). What the cockpit keeps grows only if its heap
+   grows, so the growth a tick is measured on the heap, not on RSS: the bytes the interpreter
+   holds in objects (pymalloc's allocated blocks, from `sys._debugmallocstats`) plus what glibc's
+   malloc has handed out (`mallinfo2`), at ticks T and 2T (T = half the run). Those two moments
+   are the same phase of every bounded history: a downsampled series of N points and of 2N
+   points keeps the same number of buckets (its bucket width doubles), so the difference is what
+   grows with time. RSS cannot be fitted instead: glibc keeps freed chunks and trims them now
+   and then, so RSS moves by ±4 MB with no growth behind it (measured: 58.7–64.0 MB over ticks
+   13,000–30,000 while RSS less malloc's free chunks stayed 57.2–58.2 MB), and a line through
+   that, extended 86 times its length, says 200–400 MB. The figure is the largest RSS seen plus
+   that growth extended to 2,592,000 ticks; RSS's own straight-line slope is printed beside it.
+   Part of the measured growth is still bounded (the clock history fills to 1,000 samples at one
+   a minute, i.e. by tick 60,000; a series' buckets hold more distinct step numbers as they
+   widen), so the projection errs high.
 2. **A whole 30-day stream** — one run whose stream grows by 3,600 lines (one hour at 1 Hz)
    between ticks, the clock advancing an hour a tick, for 720 ticks: 2,592,000 lines, the full
    lot, read incrementally by the same engine. RSS is read after every simulated day.
@@ -30,8 +36,12 @@ holds both kinds of state at once, and neither depends on the other.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import json
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -79,6 +89,34 @@ def campaign_text(runs: int, gpus: int) -> str:
     return engine_tick.campaign_text(runs, gpus, LOT_START, days=31, total_steps=100_000_000, campaign_id="memory-30-days")
 
 
+def heap_bytes() -> tuple[int, str]:
+    """The bytes this process's heap holds in objects: pymalloc's allocated blocks plus glibc
+    malloc's bytes in use (where glibc is there), and what was counted."""
+    with tempfile.TemporaryFile() as capture:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(capture.fileno(), 2)
+        try:
+            sys._debugmallocstats()  # written by C to file descriptor 2
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        text = capture.read().decode("ascii", "replace")
+    found = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
+    total = int(found.group(1).replace(",", "")) if found else 0
+    counted = "pymalloc"
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        info = libc.mallinfo2
+    except (OSError, AttributeError):
+        return total, counted
+    fields = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    info.restype = type("MallInfo2", (ctypes.Structure,), {"_fields_": [(name, ctypes.c_size_t) for name in fields]})
+    figures = info()
+    return total + figures.uordblks + figures.hblkhd, counted + " + malloc in use"
+
+
 def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
@@ -123,6 +161,8 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
         samples: list[tuple[int, float]] = []
         blocks: list[tuple[int, float]] = []
         full_at_fit: dict | None = None
+        half = ticks // 2
+        heap: dict[int, tuple[int, str]] = {}
         started = time.perf_counter()
         for tick in range(1, ticks + 1):
             clock.advance(1.0)
@@ -131,6 +171,9 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
                 handle.write(line(ts, tick))
                 handle.flush()
             engine.tick()
+            if tick == half or tick == ticks:
+                gc.collect()
+                heap[tick] = heap_bytes()
             if tick % 1000 == 0:
                 if full_at_fit is None and tick > ticks / 3:
                     full_at_fit = _bounded_full(engine)
@@ -149,7 +192,10 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
     slope = slope_per_tick(warm)
     warm_blocks = [p for p in blocks if p[0] > ticks / 3] or blocks
     end = samples[-1][1] if samples else rss_mb()
-    projected = end + max(0.0, slope) * (THIRTY_DAYS_S - ticks)
+    peak = max((y for _, y in samples), default=end)
+    growth = (heap[ticks][0] - heap[half][0]) / (ticks - half)  # bytes a tick, T to 2T
+    projected = peak + max(0.0, growth) * (THIRTY_DAYS_S - ticks) / 2**20
+    line_projection = end + max(0.0, slope) * (THIRTY_DAYS_S - ticks)
     return {
         "ticks": ticks,
         "simulated_hours": round(ticks / 3600, 2),
@@ -161,6 +207,10 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
         "rss_end_mb": round(end, 1),
         "rss_max_mb": round(max(y for _, y in samples), 1) if samples else None,
         "slope_mb_per_day": round(slope * 86400, 3),
+        "rss_line_projection_mb": round(line_projection, 1),
+        "heap_mb_at": {str(half): round(heap[half][0] / 2**20, 2), str(ticks): round(heap[ticks][0] / 2**20, 2)},
+        "heap_counted": heap[ticks][1],
+        "heap_growth_bytes_per_tick": round(growth, 2),
         "projected_30_days_mb": round(projected, 1),
         "blocks_after_warmup": int(warm_blocks[0][1]) if warm_blocks else None,
         "blocks_end": int(blocks[-1][1]) if blocks else None,
@@ -243,8 +293,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=30, help="simulated days of part 2's stream")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
-    if args.ticks < 2000 or args.days < 1:
-        parser.error("--ticks must be at least 2000 and --days at least 1")
+    if args.ticks < 2000 or args.ticks % 1000 or args.days < 1:
+        # T and 2T are the same phase of every history only at whole multiples of the cadences
+        parser.error("--ticks must be a multiple of 1,000 of at least 2,000, and --days at least 1")
     first = per_second(args.ticks, args.runs, args.gpus)
     second = whole_stream(args.days)
     figure = max(first["projected_30_days_mb"], second["rss_max_mb"], first["rss_max_mb"] or 0)
@@ -254,8 +305,11 @@ def main() -> None:
         return
     print(f"part 1: {first['ticks']:,} ticks at 1 s ({first['simulated_hours']} h), {first['runs']} runs, {first['gpus']} simulated GPUs, "
           f"{first['ms_per_tick']} ms a tick")
-    print(f"        RSS {first['rss_after_warmup_mb']} MB after warm-up → {first['rss_end_mb']} MB at the end; "
-          f"slope {first['slope_mb_per_day']} MB/day → {first['projected_30_days_mb']} MB projected at 30 days")
+    heap_at = list(first["heap_mb_at"].items())
+    print(f"        RSS {first['rss_after_warmup_mb']} MB after warm-up → {first['rss_end_mb']} MB at the end, at most {first['rss_max_mb']} MB")
+    print(f"        heap ({first['heap_counted']}) {heap_at[0][1]} MB at tick {int(heap_at[0][0]):,} → {heap_at[1][1]} MB at tick "
+          f"{int(heap_at[1][0]):,}: {first['heap_growth_bytes_per_tick']} bytes a tick → {first['projected_30_days_mb']} MB at 30 days")
+    print(f"        (a straight line through RSS: {first['slope_mb_per_day']} MB/day → {first['rss_line_projection_mb']} MB; not the figure)")
     print(f"        allocated blocks {first['blocks_after_warmup']:,} after warm-up → {first['blocks_end']:,} at the end "
           f"({first['blocks_slope_per_day']:+,.0f} a day)")
     full = first["full_when_fit_began"]

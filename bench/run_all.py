@@ -207,7 +207,8 @@ def memory_30day(quick: bool) -> Outcome:
         Row("(d) memory after a simulated 30-day lot at 1 Hz", data["figure_mb"], "MB", data["target_mb"],
             "the larger of the two lines below"),
         Row(f"    8 GPUs + 50 runs, {first['ticks']:,} ticks → projected to 30 days", first["projected_30_days_mb"], "MB", None,
-            f"slope {first['slope_mb_per_day']} MB/day after warm-up"),
+            f"largest RSS {first['rss_max_mb']} MB + heap growth {first['heap_growth_bytes_per_tick']} bytes a tick "
+            f"(ticks {', '.join(first['heap_mb_at'])}); a straight line through RSS would say {first['rss_line_projection_mb']} MB"),
         Row(f"    one run, {second['lines']:,} lines ({second['days']} days), peak", second["rss_max_mb"], "MB", None),
     ], seconds)
 
