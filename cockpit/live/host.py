@@ -463,10 +463,8 @@ class HostProcesses:
         if self._use_pidfd and not same_user and self._refusal(pid) is None:
             try:
                 pidfd = os.pidfd_open(pid)  # before the lookup: the lookup then judges the pinned process
-            except ProcessLookupError:
-                pidfd = None  # gone: the lookup below says so
             except OSError:
-                pidfd = None  # old kernel, seccomp, out of fds: looked up each time instead
+                pidfd = None  # gone (the lookup below says so), or old kernel, seccomp, out of fds
         check = self._inspect(pid, started_at, same_user, tolerance_s, startup_allowance_s)[0]
         if pidfd is not None:
             if check.ok:

@@ -226,10 +226,9 @@ def schedule(
                 (_earliest([gpu_lanes[(b, g)] for g in gpus], ready, duration), b not in near, b)
                 for b in range(lots)
             )
-        if kind != HUMAN:
-            if duration:
-                for gpu in gpus:
-                    gpu_lanes[(lot, gpu)].add(start, start + duration)
+        if kind != HUMAN and duration:
+            for gpu in gpus:
+                gpu_lanes[(lot, gpu)].add(start, start + duration)
         placed[item.id] = (start, start + duration, lot)
         slots.append(
             Slot(

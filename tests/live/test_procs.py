@@ -462,51 +462,51 @@ def test_a_live_run_process_is_still_inspected_each_tick_without_a_pidfd():
     assert fake.opened == [4242, 4242, 4242]
 
 
-def test_a_real_run_process_is_watched_through_a_pidfd_and_its_end_seen_at_once(monkeypatch):
+@pytest.fixture
+def watched_sleeper():
+    """A real process and the real host side, with pidfds; both cleaned up after."""
     if not hasattr(os, "pidfd_open"):
         pytest.skip("this system has no pidfd_open")
-    run = sleeper()
+    process = sleeper()
     procs = HostProcesses()
     try:
-        reported = datetime.now(timezone.utc)
-        assert procs.check(run.pid, reported).ok
-        looked_up: list[int] = []
-        real = psutil.Process
-        monkeypatch.setattr(psutil, "Process", lambda pid: looked_up.append(pid) or real(pid))
-        for _ in range(5):
-            assert procs.check(run.pid, reported).ok
-        assert looked_up == []  # the pidfd answers: no process table read a tick
-
-        run.kill()  # a zombie until reaped: ended already
-        deadline = time.monotonic() + 10
-        while procs.check(run.pid, reported).ok:
-            assert time.monotonic() < deadline, "the pidfd never said the process ended"
-            time.sleep(0.01)
-        gone = procs.check(run.pid, reported)
-        assert gone.outcome == "ended" and "has ended" in gone.message
-        run.wait(timeout=10)
-        assert procs.check(run.pid, reported).outcome == "ended"
-        # Another start for the same pid is judged afresh, not from the first one's answer.
-        assert procs.check(run.pid, reported + timedelta(hours=1)).outcome == "ended"
+        yield process, procs
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.wait(timeout=10)
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
         procs.close()
+
+
+def test_a_real_run_process_is_watched_through_a_pidfd_and_its_end_seen_at_once(monkeypatch, watched_sleeper):
+    run, procs = watched_sleeper
+    reported = datetime.now(timezone.utc)
+    assert procs.check(run.pid, reported).ok
+    looked_up: list[int] = []
+    real = psutil.Process
+    monkeypatch.setattr(psutil, "Process", lambda pid: looked_up.append(pid) or real(pid))
+    for _ in range(5):
+        assert procs.check(run.pid, reported).ok
+    assert looked_up == []  # the pidfd answers: no process table read a tick
+
+    run.kill()  # a zombie until reaped: ended already
+    deadline = time.monotonic() + 10
+    while procs.check(run.pid, reported).ok:
+        assert time.monotonic() < deadline, "the pidfd never said the process ended"
+        time.sleep(0.01)
+    gone = procs.check(run.pid, reported)
+    assert gone.outcome == "ended" and "has ended" in gone.message
+    run.wait(timeout=10)
+    assert procs.check(run.pid, reported).outcome == "ended"
+    # Another start for the same pid is judged afresh, not from the first one's answer.
+    assert procs.check(run.pid, reported + timedelta(hours=1)).outcome == "ended"
+    procs.close()
     assert procs.watched() == 0
 
 
-def test_a_pidfd_is_never_kept_for_a_process_that_is_not_the_run():
-    if not hasattr(os, "pidfd_open"):
-        pytest.skip("this system has no pidfd_open")
-    bystander = sleeper()
-    procs = HostProcesses()
-    try:
-        reported = datetime.now(timezone.utc)
-        assert procs.check(bystander.pid, reported + timedelta(hours=2)).outcome == "not-the-run"
-        assert procs.check(bystander.pid, reported - timedelta(seconds=30)).outcome == "reused"
-        assert procs.watched() == 0
-    finally:
-        bystander.kill()
-        bystander.wait(timeout=10)
-        procs.close()
+def test_a_pidfd_is_never_kept_for_a_process_that_is_not_the_run(watched_sleeper):
+    bystander, procs = watched_sleeper
+    reported = datetime.now(timezone.utc)
+    assert procs.check(bystander.pid, reported + timedelta(hours=2)).outcome == "not-the-run"
+    assert procs.check(bystander.pid, reported - timedelta(seconds=30)).outcome == "reused"
+    assert procs.watched() == 0
