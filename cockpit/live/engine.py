@@ -156,6 +156,8 @@ class Engine:
     def close(self) -> None:
         """Save where reading stopped and release the GPU source."""
         self._save(force=True)
+        for stream in self.streams.values():  # the descriptors of the files still growing
+            stream.close()
         self.health.close()
         release = getattr(self.host, "close", None)  # the pidfds that watch the runs' processes
         if release:

@@ -132,6 +132,11 @@ class MetricsStream:
         self.error: str | None = None  # why the last poll could not read the file, in words
         self._ts_text: str | None = None  # the last ISO ts parsed, and its value: lines repeat them
         self._ts_value: float | None = None
+        # The file's descriptor, kept open between polls while the file keeps growing (an open, an
+        # fstat and a close a run a tick saved), with the (device, inode) it was opened on: a path
+        # that names another file now, or none, closes it.
+        self._fd: int | None = None
+        self._fd_file: tuple[int, int] | None = None
 
     @property
     def path(self) -> Path:
@@ -158,29 +163,62 @@ class MetricsStream:
         # Looked at before it is opened: a FIFO or a device is never opened for reading (an open
         # can block, rewind a tape, or read forever from /dev/zero); O_NONBLOCK guards the race.
         try:
-            kind = _not_a_file(os.stat(self._path_text).st_mode)
+            info = os.stat(self._path_text)
+            kind = _not_a_file(info.st_mode)
         except (FileNotFoundError, NotADirectoryError):
+            self.close()
             self.missing = True
             return PollResult(missing=True)
         except OSError as error:
-            return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
-        if kind:
-            self.missing = False
-            return PollResult(error=f"{self.path} is {kind}, not a metrics file")
-        try:
-            fd = os.open(self._path_text, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-        except (FileNotFoundError, NotADirectoryError):
-            self.missing = True
-            return PollResult(missing=True)
-        except OSError as error:
+            self.close()
             return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
         self.missing = False
+        if kind:
+            self.close()
+            return PollResult(error=f"{self.path} is {kind}, not a metrics file")
+        position = self.position
+        if (info.st_size == position.offset and info.st_ino == position.inode and info.st_dev == position.device
+                and info.st_mtime == position.mtime):
+            self.close()  # nothing new since the last read: not opened, and not held open while quiet
+            return PollResult()
+        fd = self._fd
+        if fd is None or self._fd_file != (info.st_dev, info.st_ino):
+            self.close()
+            try:
+                fd = os.open(self._path_text, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+            except (FileNotFoundError, NotADirectoryError):
+                self.missing = True
+                return PollResult(missing=True)
+            except OSError as error:
+                return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
+            try:
+                info = os.fstat(fd)
+            except OSError as error:
+                os.close(fd)
+                return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
+            kind = _not_a_file(info.st_mode)
+            if kind:  # swapped between the look and the open
+                os.close(fd)
+                return PollResult(error=f"{self.path} is {kind}, not a metrics file")
+            self._fd, self._fd_file = fd, (info.st_dev, info.st_ino)
+        # else: the path still names the very file the descriptor reads, so its stat is the fstat
         try:
-            return self._read(fd, observer, max_bytes, time.time() if now is None else now)
+            return self._read(fd, info, observer, max_bytes, time.time() if now is None else now)
         except OSError as error:
+            self.close()
             return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
-        finally:
-            os.close(fd)
+
+    def close(self) -> None:
+        """Release the kept descriptor (the next poll opens the file again)."""
+        fd, self._fd, self._fd_file = self._fd, None, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        self.close()
 
     @property
     def generation(self) -> str | None:
@@ -193,11 +231,8 @@ class MetricsStream:
         head = position.head.split(b"\n", 1)[0]
         return f"{position.inode}-{zlib.crc32(head):08x}"
 
-    def _read(self, fd: int, observer: Observer | None, max_bytes: int | None, polled_at: float) -> PollResult:
-        info = os.fstat(fd)
-        kind = _not_a_file(info.st_mode)
-        if kind:  # swapped between the look and the open
-            return PollResult(error=f"{self.path} is {kind}, not a metrics file")
+    def _read(self, fd: int, info: os.stat_result, observer: Observer | None, max_bytes: int | None,
+              polled_at: float) -> PollResult:
         position = self.position
         reason = None
         if position.inode is not None and (info.st_ino != position.inode or info.st_dev != position.device):

@@ -766,3 +766,66 @@ def test_old_saved_tracks_without_the_new_fields_still_load(path: Path):
         del saved["track"][name]
     restored = SavedState(streams={"r": saved}).stream("r", path)
     assert restored.position.offset == stream.position.offset and restored.track.bad_fields == 0
+
+
+# ---------------------------------------------------------------- system calls a tick
+
+def _counting_open(monkeypatch) -> list[str]:
+    opened: list[str] = []
+    real_open = os.open
+
+    def counted(target, flags, *args):
+        opened.append(str(target))
+        return real_open(target, flags, *args)
+
+    monkeypatch.setattr(metrics.os, "open", counted)
+    return opened
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_growing_file_is_opened_once_and_a_quiet_one_not_held_open(path: Path, monkeypatch):
+    opened = _counting_open(monkeypatch)
+    stream = MetricsStream("r", path)
+    for step in range(5):
+        write(path, {"step": step, "loss": 1.0})
+        assert stream.poll().lines == 1
+    assert opened == [str(path)] and stream.track.last_step == 4  # growing: one open for all
+    held = _open_fds()
+    assert stream.poll().lines == 0 and _open_fds() == held - 1  # quiet: released, not reopened
+    assert stream.poll().lines == 0 and len(opened) == 1
+    write(path, {"step": 5, "loss": 1.0})
+    assert stream.poll().lines == 1 and len(opened) == 2 and stream.track.last_step == 5
+    stream.close()
+    assert _open_fds() == held - 1
+
+
+def test_the_kept_descriptor_never_reads_a_replaced_or_deleted_file(path: Path):
+    write(path, *({"step": i} for i in range(3)))
+    stream = MetricsStream("r", path)
+    stream.poll()
+    held = _open_fds()
+    for round_ in range(5):  # each replacement closes the descriptor of the file it replaced
+        replacement = path.with_name("new.jsonl")
+        write(replacement, *({"step": 100 * round_ + i} for i in range(2)))
+        os.replace(replacement, path)
+        result = stream.poll()
+        assert result.reset_reason == "replaced" and stream.track.last_step == 100 * round_ + 1
+        assert _open_fds() == held
+    path.unlink()
+    assert stream.poll().missing and _open_fds() == held - 1  # a deleted file's space is not held
+    stream.close()
+
+
+def test_a_quiet_file_rewritten_in_place_is_noticed_when_it_changes(path: Path):
+    write(path, *({"ts": T0 + i, "step": i} for i in range(5)))
+    stream = MetricsStream("r", path)
+    stream.poll()
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:  # same size and inode, other content: the mtime moved
+        handle.write(b'{"ts": 1764489700.0, "step": 90}\n'.ljust(size, b" "))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    result = stream.poll()
+    assert result.reset and result.reset_reason == "rewritten"
