@@ -222,6 +222,7 @@ class HostProcesses:
         # cannot receive it. Only with the real psutil: a fake's pids are not this machine's.
         self._use_pidfd = (real and hasattr(os, "pidfd_open") and hasattr(signals, "pidfd_send_signal")) if use_pidfd is None else use_pidfd
         self._cpu_primed = False
+        self._cpu_count: int | None = None
         self._known: dict[int, _Known] = {}
         self._container = False
         self._identity = dict(identity) if identity is not None else None
@@ -275,10 +276,12 @@ class HostProcesses:
             load = float((getattr(ps, "getloadavg", None) or os.getloadavg)()[0])
         except Exception:
             load = None
-        try:
-            count = ps.cpu_count()
-        except Exception:
-            count = None
+        count = self._cpu_count
+        if count is None:  # asked once: the box's CPUs do not change under a running cockpit
+            try:
+                count = self._cpu_count = ps.cpu_count()
+            except Exception:
+                count = None
         try:
             memory = ps.virtual_memory()
             total = int(memory.total)

@@ -209,7 +209,8 @@ def schedule(
             if waiting[follower] == 0:
                 heapq.heappush(ready_heap, position[follower])
         duration = durations[item.id]
-        ready = max((placed[d][1] for d in needs[item.id]), default=0)
+        inputs = needs[item.id]
+        ready = max([placed[d][1] for d in inputs]) if inputs else 0
         kind = _kind(item)
         gpus = gpus_of[item.id] if kind == MACHINE else ()
         lot = 0

@@ -341,7 +341,10 @@ class RecordedState:
         return [a for a in self.alerts if a.acknowledged is None]
 
     def stop_of(self, run_id: str) -> dict[str, Any] | None:
-        return next((s for s in self.stops if s.get("run") == run_id), None)
+        for stop in self.stops:  # asked several times a run a tick: a plain loop, no generator
+            if stop.get("run") == run_id:
+                return stop
+        return None
 
     @property
     def pilot_decision(self) -> dict[str, Any] | None:

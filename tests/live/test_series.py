@@ -191,3 +191,30 @@ def test_the_engines_fast_path_keeps_what_add_keeps(case):
         feed({"step": step, "loss": value}, line, None)
         reference.add(step, value)
     assert repr(store.view().run("r").points["loss"]) == repr(reference.points())
+
+
+def _bucket_points_by_sort(bucket):
+    """The definition: the bucket's minimum, its maximum when another point, its non-finite
+    value; ordered by step, a finite point before a non-finite one at the same step."""
+    kept = []
+    if bucket[4] is not None:
+        kept.append((0, (bucket[3], bucket[4])))
+        if bucket[5] != bucket[3] or bucket[6] != bucket[4]:
+            kept.append((0, (bucket[5], bucket[6])))
+    if bucket[7] is not None:
+        kept.append((1, bucket[7]))
+    kept.sort(key=lambda item: (item[1][0], item[0]))
+    return [point for _, point in kept]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), values), min_size=1, max_size=12))
+def test_a_buckets_points_come_in_the_order_of_the_definition(points):
+    from cockpit.live.downsample import _bucket_points
+
+    series = Downsampled(4)
+    series.width = len(points)  # one bucket holds them all
+    for step, value in points:
+        series.add(step, value)
+    (bucket,) = series.buckets
+    assert _bucket_points(bucket) == _bucket_points_by_sort(bucket)
