@@ -13,6 +13,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -241,28 +242,8 @@ class Engine:
         }
         alive: dict[str, bool | None] = {}  # None: no pid, or one from another host or pid namespace
         dead: dict[str, Any] = {}  # run → the check that found its own process gone
-        for run_id, stream in self.streams.items():
-            pid = run_pids.get(run_id)
-            try:
-                sees = self.host.sees(stream.track.started) if pid is not None else False
-                if pid is None or sees is False:
-                    alive[run_id] = None  # `stalled` goes on silence alone
-                else:
-                    check = self.host.check(pid, run_start(stream.track), **start_bounds(stream.track))
-                    alive[run_id] = check.ok
-                    if sees and not check.ok and check.outcome in DEAD_OUTCOMES:
-                        # judged only where the pid means what it meant to the run; read once more first:
-                        # a run that wrote `finished` just after this tick's read and then exited did not die
-                        observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
-                        observer = self.series.observer(run_id, observer)  # charts (issue 20)
-                        changed = bool(stream.poll(observer, now=now.timestamp()).lines) or changed
-                        if stream.track.finished is None:
-                            dead[run_id] = check
-                if recorded.stop_of(run_id) is None:
-                    triggers.extend(self.evaluator.tick(run_id, stream.track, now, alive[run_id]))
-            except Exception as error:
-                alive.setdefault(run_id, None)
-                self._run_failed(run_id, "its time rules could not be evaluated this tick", error)
+        with self._one_look():  # every run's process looked at in one poll
+            changed = self._check_runs(now, recorded, run_pids, alive, dead, triggers) or changed
 
         progress = self._progress(recorded, alive)
         try:
@@ -337,6 +318,38 @@ class Engine:
         self._unsaved = self._unsaved or changed or bool(triggers)
         self._save(force=bool(triggers))
         return self._snapshot(now, recorded, gpu_snapshot, reading, alive, run_pids, [*unrecorded, *waiting])
+
+    def _one_look(self) -> AbstractContextManager[None]:
+        look = getattr(self.host, "one_look", None)  # a stand-in host may not have it
+        return look() if look is not None else nullcontext()
+
+    def _check_runs(self, now, recorded, run_pids, alive, dead, triggers) -> bool:
+        """Whether each run's own process still runs (`alive`, `dead`) and its time rules
+        (`triggers`); True when a run's stream, read once more before judging it dead, had lines."""
+        changed = False
+        for run_id, stream in self.streams.items():
+            pid = run_pids.get(run_id)
+            try:
+                sees = self.host.sees(stream.track.started) if pid is not None else False
+                if pid is None or sees is False:
+                    alive[run_id] = None  # `stalled` goes on silence alone
+                else:
+                    check = self.host.check(pid, run_start(stream.track), **start_bounds(stream.track))
+                    alive[run_id] = check.ok
+                    if sees and not check.ok and check.outcome in DEAD_OUTCOMES:
+                        # judged only where the pid means what it meant to the run; read once more first:
+                        # a run that wrote `finished` just after this tick's read and then exited did not die
+                        observer = None if recorded.stop_of(run_id) else self.evaluator.observer(run_id, triggers)
+                        observer = self.series.observer(run_id, observer)  # charts (issue 20)
+                        changed = bool(stream.poll(observer, now=now.timestamp()).lines) or changed
+                        if stream.track.finished is None:
+                            dead[run_id] = check
+                if recorded.stop_of(run_id) is None:
+                    triggers.extend(self.evaluator.tick(run_id, stream.track, now, alive[run_id]))
+            except Exception as error:
+                alive.setdefault(run_id, None)
+                self._run_failed(run_id, "its time rules could not be evaluated this tick", error)
+        return changed
 
     def _run_failed(self, run_id: str | None, what: str, error: Exception) -> str:
         """Said once as a notice: a bug meeting one run's data costs that part of the tick only."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal as signals
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -235,6 +236,10 @@ class HostProcesses:
     def watched(self) -> int:
         """How many runs' processes are watched through a pidfd now."""
         return self._watch.watched()
+
+    def one_look(self) -> AbstractContextManager[None]:
+        """Checks made within look at every watched run process in one poll (the engine's tick)."""
+        return self._watch.one_look()
 
     @property
     def container(self) -> bool:

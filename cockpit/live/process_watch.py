@@ -13,14 +13,16 @@ facts make most of those questions answerable without it:
   zero-timeout poll replaces the lookup.
 
 Both stores are bounded; the pidfds of processes nobody asks about any more are closed once their
-process ends, and all of them by `close()`.
+process ends, and all of them by `close()`. Within `one_look()` (the engine's check of all its
+runs in a tick) one poll of every pidfd answers for all of them.
 """
 
 from __future__ import annotations
 
 import os
 import select
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 Answer = TypeVar("Answer")
@@ -42,6 +44,18 @@ class ProcessWatch(Generic[Answer]):
     def __init__(self) -> None:
         self._final: dict[Hashable, Answer] = {}
         self._watched: dict[Hashable, tuple[int, Answer]] = {}
+        self._poller = select.poll()  # every watched pidfd registered, for one_look()
+        self._ended_now: set[int] | None = None  # within one_look(): the pidfds that polled readable
+
+    @contextmanager
+    def one_look(self) -> Iterator[None]:
+        """Within: whether a watched process still runs is answered from one poll of all of them,
+        taken on entering (a process that ends meanwhile is seen at the next look)."""
+        self._ended_now = {fd for fd, _ in self._poller.poll(0)}
+        try:
+            yield
+        finally:
+            self._ended_now = None
 
     def final(self, key: Hashable) -> Answer | None:
         return self._final.get(key)
@@ -58,7 +72,7 @@ class ProcessWatch(Generic[Answer]):
         if watched is None:
             return None, None
         pidfd, answer = watched
-        if not has_ended(pidfd):
+        if not (has_ended(pidfd) if self._ended_now is None else pidfd in self._ended_now):
             return True, answer
         self._drop(key)
         return False, answer
@@ -75,12 +89,17 @@ class ProcessWatch(Generic[Answer]):
             if len(self._watched) >= MAX_WATCHED:
                 self._drop(next(iter(self._watched)))
         self._watched[key] = (pidfd, answer)
+        self._poller.register(pidfd, select.POLLIN)
 
     def watched(self) -> int:
         return len(self._watched)
 
     def _drop(self, key: Hashable) -> None:
         pidfd, _ = self._watched.pop(key)
+        try:
+            self._poller.unregister(pidfd)
+        except KeyError:
+            pass
         try:
             os.close(pidfd)
         except OSError:

@@ -510,3 +510,36 @@ def test_a_pidfd_is_never_kept_for_a_process_that_is_not_the_run(watched_sleeper
     assert procs.check(bystander.pid, reported + timedelta(hours=2)).outcome == "not-the-run"
     assert procs.check(bystander.pid, reported - timedelta(seconds=30)).outcome == "reused"
     assert procs.watched() == 0
+
+
+def test_one_look_polls_every_watched_run_process_at_once(monkeypatch):
+    """A tick looks at all its runs' pidfds in one poll, and still sees one of them end."""
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("this system has no pidfd_open")
+    from cockpit.live import process_watch
+
+    runs = [sleeper() for _ in range(4)]
+    procs = HostProcesses()
+    try:
+        reported = datetime.now(timezone.utc)
+        assert all(procs.check(run.pid, reported).ok for run in runs) and procs.watched() == 4
+        single = []
+        monkeypatch.setattr(process_watch, "has_ended", lambda fd: single.append(fd) or False)
+        with procs.one_look():
+            assert all(procs.check(run.pid, reported).ok for run in runs)
+        assert single == []  # no poll of its own for any of them
+        monkeypatch.undo()
+
+        runs[2].kill()
+        runs[2].wait(timeout=10)
+        with procs.one_look():
+            outcomes = [procs.check(run.pid, reported).outcome for run in runs]
+        assert outcomes[2] == "ended" and outcomes.count("ended") == 1
+        assert procs.watched() == 3
+        assert procs.check(runs[0].pid, reported).ok  # outside a look: its own poll, as before
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+            run.wait(timeout=10)
+        procs.close()
