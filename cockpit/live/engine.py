@@ -110,6 +110,8 @@ class Engine:
         self._start_if_due(clock())
         self.plan = self._frozen_plan()
         self.planned = schedule(self.plan.items, self.plan.lot.gpu_count, self.plan.model.calendar.retrieval_hours)
+        self._lot_view = LotView.of(self.plan.lot, campaign_id=campaign.id, question=campaign.model.question,
+                                    price_usd=self.plan.price)  # the lot as frozen at the start: fixed
         drift = plan_drift(campaign)
         if drift:
             self.notices.append(drift)
@@ -568,7 +570,7 @@ class Engine:
         )
         return Snapshot(
             taken_at=now,
-            lot=LotView.of(lot, campaign_id=campaign.id, question=campaign.model.question, price_usd=self.plan.price),
+            lot=self._lot_view,
             clock=ClockView.of(reading, now),
             nvml=NvmlView.of(gpu_snapshot, now),
             gpus=self._gpu_views(gpu_snapshot, process_runs, process_map.container),

@@ -172,7 +172,8 @@ class GpuCounters:
 
     def as_dict(self) -> dict[str, Any]:
         """The reported fields only: a field the GPU does not report is absent, never 0."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+        names = _COUNTER_NAMES or _counter_names()
+        return {name: value for name in names if (value := getattr(self, name)) is not None}
 
     @classmethod
     def from_dict(cls, data: Any) -> GpuCounters:
@@ -192,6 +193,15 @@ class GpuCounters:
                 delta = value - before
                 out[name] = round(delta, 3) if isinstance(delta, float) else delta
         return out
+
+
+_COUNTER_NAMES: tuple[str, ...] = ()  # GpuCounters' field names, looked up once (as_dict runs every tick)
+
+
+def _counter_names() -> tuple[str, ...]:
+    global _COUNTER_NAMES
+    _COUNTER_NAMES = tuple(f.name for f in fields(GpuCounters))
+    return _COUNTER_NAMES
 
 
 @dataclass(frozen=True, slots=True)

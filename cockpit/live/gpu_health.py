@@ -72,6 +72,18 @@ class _Gpu:
     energy_j: float = 0.0  # since the baseline, as measured
     last_energy: float | None = None
     simulated: bool = False
+    since_cache: tuple | None = None  # (latest, baseline, latest.since(baseline)): asked twice a tick
+
+
+def _since_start(gpu: _Gpu) -> dict[str, Any]:
+    """The GPU's counters as deltas from the lot's first sample (empty before any reading)."""
+    latest, base = gpu.latest, gpu.baseline
+    if latest is None:
+        return {}
+    cached = gpu.since_cache
+    if cached is None or cached[0] is not latest or cached[1] is not base:
+        cached = gpu.since_cache = (latest, base, latest.since(base))
+    return cached[2]
 
 
 def _label(gpu: _Gpu) -> str:
@@ -227,7 +239,7 @@ class HealthMonitor:
         latest, base = gpu.latest, gpu.baseline
         if latest is None and not gpu.double_bit_events:
             return []
-        since = latest.since(base) if latest is not None else {}
+        since = _since_start(gpu)
         uncorrected = since.get("ecc_uncorrected", 0) or 0
         double = since.get("retired_pages_double", 0) or 0
         failed = bool(latest.remap_failed) if latest is not None else False
@@ -310,7 +322,7 @@ class HealthMonitor:
         out: dict[str, Any] = {"serial": gpu.serial}
         if gpu.latest is not None:
             out["counters"] = gpu.latest.as_dict()
-            out["since_start"] = gpu.latest.since(gpu.baseline)
+            out["since_start"] = dict(_since_start(gpu))
             out["baseline_at"] = gpu.baseline_at
         if gpu.slowdown and len(gpu.slowdown) > 1:
             (t0, s0), (t1, s1) = gpu.slowdown[0], gpu.slowdown[-1]

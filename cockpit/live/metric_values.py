@@ -2,7 +2,7 @@
 a `ts` in any of the forms writers use, steps, non-finite numbers written as text, text that is
 not valid Unicode, and each implausible value's reason in words (a counted bad field, never a crash).
 
-Plain functions over plain values: no file, no state.
+Plain functions over plain values: no file, no state (one small cache of converted times).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any
 
 MILLISECONDS_ABOVE = 1e11  # an epoch above this is in milliseconds (a 2026 epoch is ~1.8e9 s)
@@ -96,6 +97,14 @@ def ts_seconds(value: Any) -> float | None:
 def seconds_to_datetime(seconds: float | None) -> datetime | None:
     if seconds is None:
         return None
+    try:
+        return _utc_datetime(seconds)
+    except TypeError:  # not a number (nor hashable)
+        return None
+
+
+@lru_cache(maxsize=512)  # every tick converts each run's start and last line time again: mostly the same
+def _utc_datetime(seconds: float) -> datetime | None:
     try:
         return datetime.fromtimestamp(seconds, tz=timezone.utc)
     except (OverflowError, OSError, ValueError):

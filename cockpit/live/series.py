@@ -161,6 +161,11 @@ class RunSeries:
                         elif value > bucket[6]:
                             bucket[5], bucket[6] = step, value
                         continue
+                    if bucket[2] >= series.width and len(buckets) < series.max_buckets:
+                        buckets.append([step, step, 1, step, value, step, value, None])  # a new bucket, no merge due
+                        series.count += 1
+                        series.last = (step, value)
+                        continue
                 series.add(step, value)
         elif isinstance(event, str) and event in _STREAM_EVENTS:
             ts = record.get("ts")

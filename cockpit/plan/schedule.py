@@ -128,6 +128,64 @@ def _earliest(lanes: Sequence[_Lane], ready: int, duration: int) -> int:
     return start
 
 
+class _Prepared:
+    """What `schedule` works out from the items alone (not their hours): kept for the next call
+    with the very same items, since the live clock re-plans the same campaign every tick."""
+
+    __slots__ = ("items", "gpu_count", "keep", "kept", "dropped", "needs", "gpus_of", "kinds", "tiers",
+                 "errors", "position", "followers", "waiting")
+
+    def __init__(self, items: list[Any], gpu_count: int, keep: set[str] | None):
+        self.items, self.gpu_count, self.keep = items, gpu_count, keep
+        ids = [item.id for item in items]
+        if len(set(ids)) != len(ids):
+            duplicate = next(i for i in ids if ids.count(i) > 1)
+            raise ValueError(f"'{duplicate}' appears twice in the calendar")
+        self.kept = kept = [item for item in items if keep is None or _text(item.tier) in keep]
+        kept_ids = {item.id for item in kept}
+        self.dropped = dropped = tuple(item.id for item in items if item.id not in kept_ids)
+        self.needs: dict[str, list[str]] = {}
+        self.gpus_of: dict[str, tuple[int, ...]] = {}
+        self.kinds = {item.id: _kind(item) for item in kept}
+        self.tiers = {item.id: _text(item.tier) for item in kept}
+        self.errors: dict[str, str] = {}  # an item's first error, raised after its hours are checked
+        for item in kept:
+            self.needs[item.id] = [d for d in item.after if d in kept_ids]
+            self.gpus_of[item.id] = tuple(item.gpu_list)
+            unknown = next((d for d in item.after if d not in kept_ids and d not in dropped), None)
+            outside = next((g for g in self.gpus_of[item.id] if not 0 <= g < gpu_count), None)
+            if unknown is not None:
+                self.errors[item.id] = f"'{item.id}' comes after '{unknown}', which is no task or run"
+            elif outside is not None:
+                self.errors[item.id] = (f"'{item.id}' needs GPU {outside}, but the lot holds {gpu_count} "
+                                        f"(indexes 0–{gpu_count - 1})")
+        # The first item in file order whose dependencies are all placed goes next: file order is
+        # the user's priority, `after` only constrains it (Kahn's algorithm with a heap of positions).
+        self.position = {item.id: index for index, item in enumerate(kept)}
+        self.waiting = {item.id: len(set(self.needs[item.id])) for item in kept}
+        self.followers: dict[str, list[str]] = {item.id: [] for item in kept}
+        for item in kept:
+            for dependency in set(self.needs[item.id]):
+                self.followers[dependency].append(item.id)
+
+    def fits(self, items: list[Any], gpu_count: int, keep: set[str] | None) -> bool:
+        return (gpu_count == self.gpu_count and keep == self.keep and len(items) == len(self.items)
+                and all(a is b for a, b in zip(items, self.items)))
+
+
+_PREPARED: list[_Prepared] = []  # the last few item lists scheduled (the clock alternates two orders)
+
+
+def _prepared(items: list[Any], gpu_count: int, keep: set[str] | None) -> _Prepared:
+    for plan in _PREPARED:
+        if plan.fits(items, gpu_count, keep):
+            return plan
+    plan = _Prepared(items, gpu_count, keep)
+    _PREPARED.insert(0, plan)
+    del _PREPARED[4:]
+    return plan
+
+
 def schedule(
     items: Iterable[Any],
     gpu_count: int,
@@ -162,31 +220,14 @@ def schedule(
     if unknown_tiers:
         raise ValueError(f"unknown tier {', '.join(unknown_tiers)} (tiers: {', '.join(TIERS)})")
 
-    every = list(items)
-    ids = [item.id for item in every]
-    if len(set(ids)) != len(ids):
-        duplicate = next(i for i in ids if ids.count(i) > 1)
-        raise ValueError(f"'{duplicate}' appears twice in the calendar")
-    kept = [item for item in every if keep is None or _text(item.tier) in keep]
-    kept_ids = {item.id for item in kept}
-    dropped = tuple(item.id for item in every if item.id not in kept_ids)
-
+    plan = _prepared(list(items), gpu_count, keep)
+    kept, dropped, needs, gpus_of, kinds, tiers = plan.kept, plan.dropped, plan.needs, plan.gpus_of, plan.kinds, plan.tiers
     durations: dict[str, int] = {}
-    needs: dict[str, list[str]] = {}
-    gpus_of: dict[str, tuple[int, ...]] = {}
     for item in kept:
         durations[item.id] = _nanohours(overrides.get(item.id, item.hours), f"'{item.id}'")
-        for dependency in item.after:
-            if dependency not in kept_ids and dependency not in dropped:
-                raise ValueError(f"'{item.id}' comes after '{dependency}', which is no task or run")
-        needs[item.id] = [d for d in item.after if d in kept_ids]
-        gpus_of[item.id] = tuple(item.gpu_list)
-        for gpu in gpus_of[item.id]:
-            if not 0 <= gpu < gpu_count:
-                raise ValueError(
-                    f"'{item.id}' needs GPU {gpu}, but the lot holds {gpu_count} "
-                    f"(indexes 0–{gpu_count - 1})"
-                )
+        wrong = plan.errors.get(item.id)
+        if wrong:
+            raise ValueError(wrong)
 
     gpu_lanes = {(lot, gpu): _Lane() for lot in range(lots) for gpu in range(gpu_count)}
     operator = _Lane()
@@ -194,12 +235,8 @@ def schedule(
     slots: list[Slot] = []
     # The first item in file order whose dependencies are all placed goes next: file order is
     # the user's priority, `after` only constrains it (Kahn's algorithm with a heap of positions).
-    position = {item.id: index for index, item in enumerate(kept)}
-    waiting = {item.id: len(set(needs[item.id])) for item in kept}
-    followers: dict[str, list[str]] = {item.id: [] for item in kept}
-    for item in kept:
-        for dependency in set(needs[item.id]):
-            followers[dependency].append(item.id)
+    position, followers = plan.position, plan.followers
+    waiting = dict(plan.waiting)
     ready_heap = [position[i] for i, count in waiting.items() if count == 0]
     heapq.heapify(ready_heap)
     while ready_heap:
@@ -211,7 +248,7 @@ def schedule(
         duration = durations[item.id]
         inputs = needs[item.id]
         ready = max([placed[d][1] for d in inputs]) if inputs else 0
-        kind = _kind(item)
+        kind = kinds[item.id]
         gpus = gpus_of[item.id] if kind == MACHINE else ()
         lot = 0
         if kind == HUMAN:
@@ -235,7 +272,7 @@ def schedule(
             Slot(
                 id=item.id,
                 kind=kind,
-                tier=_text(item.tier),
+                tier=tiers[item.id],
                 gpus=gpus,
                 start_hours=_float(start),
                 end_hours=_float(start + duration),

@@ -191,6 +191,7 @@ def test_the_engines_fast_path_keeps_what_add_keeps(case):
         feed({"step": step, "loss": value}, line, None)
         reference.add(step, value)
     assert repr(store.view().run("r").points["loss"]) == repr(reference.points())
+    assert store.runs["r"].series["loss"].to_dict() == reference.to_dict()  # buckets, width, count, last
 
 
 def _bucket_points_by_sort(bucket):

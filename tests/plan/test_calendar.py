@@ -324,3 +324,21 @@ def test_the_earliest_free_start_of_several_lanes_is_the_definitions(lanes, read
             lane.add(start, end)
         built.append(lane)
     assert _earliest(built, ready, duration) == _earliest_by_definition(lanes, ready, duration)
+
+
+def test_a_replan_of_the_same_items_reuses_their_checks_and_new_items_are_checked_afresh():
+    items = [machine("a", 2, gpus=[0]), machine("b", 3, gpus=[0], after=["a"])]
+    first = schedule(items, 1, 1)
+    again = schedule(items, 1, 1, hours={"a": 1})  # the live clock: the same items, other hours
+    assert [(s.id, s.start_hours, s.end_hours) for s in again.slots] == [("a", 0, 1), ("b", 1, 4)]
+    assert schedule(items, 1, 1) == first
+    with pytest.raises(ValueError, match="'b' needs GPU 1, but the lot holds 1"):
+        schedule([items[0], machine("b", 3, gpus=[1], after=["a"])], 1, 1)
+    with pytest.raises(ValueError, match="'b' comes after 'x', which is no task or run"):
+        schedule([items[0], machine("b", 3, gpus=[0], after=["x"])], 1, 1)
+    with pytest.raises(ValueError, match="'a': hours must not be negative"):  # its hours first, as ever
+        schedule(items, 1, 1, hours={"a": -1})
+    wide = [machine("c", 1, gpus=[1])]
+    assert schedule(wide, 2, 1).slots[0].gpus == (1,)
+    with pytest.raises(ValueError, match="'c' needs GPU 1, but the lot holds 1"):  # the same items, a smaller lot
+        schedule(wide, 1, 1)
