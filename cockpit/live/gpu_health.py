@@ -236,7 +236,7 @@ class HealthMonitor:
     # ------------------------------------------------------------ ECC and Xid
 
     def _ecc(self, gpu: _Gpu, sample: GpuSample, runs: list[str], now: datetime) -> list[tuple[str, dict[str, Any]]]:
-        latest, base = gpu.latest, gpu.baseline
+        latest = gpu.latest
         if latest is None and not gpu.double_bit_events:
             return []
         since = _since_start(gpu)

@@ -90,9 +90,9 @@ class StreamPosition:
         return position
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made for every run every tick, and a frozen one costs 3 × to build
 class PollResult:
-    """What one poll of a metrics file found."""
+    """What one poll of a metrics file found (a fresh one each poll, read by the caller only)."""
 
     lines: int = 0  # new complete lines
     records: int = 0
