@@ -78,7 +78,8 @@ def run(args) -> int:
     from cockpit.commands.live import other_lots, status_extra
     from cockpit.commands.tui import run_app
     from cockpit.export.server import serve
-    from cockpit.live.engine import Engine, live_gpus
+    from cockpit.live.engine import Engine
+    from cockpit.live.gpu_source import live_gpus
 
     try:
         # the demo's lot is an RTX 4090: simulated figures in its range (24 GB, 450 W), labelled simulated

@@ -12,7 +12,8 @@ from datetime import datetime
 from cockpit.common.text import escape_control
 from cockpit.common.times import hours_text, parse_ts, utc_now
 from cockpit.errors import UsageError
-from cockpit.live.engine import Engine, env_nvml_source
+from cockpit.live.engine import Engine
+from cockpit.live.gpu_source import env_nvml_source
 from cockpit.live.gpu_health import health_lines
 from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.snapshot import Snapshot

@@ -75,7 +75,8 @@ def run(args) -> int:
     # Imported here: the engine samples NVML and reads the runs' metrics, which `cockpit --help` never needs.
     from cockpit.commands.live import other_lots, status_extra
     from cockpit.export.server import parse_address, serve
-    from cockpit.live.engine import Engine, live_gpus
+    from cockpit.live.engine import Engine
+    from cockpit.live.gpu_source import live_gpus
 
     if args.metrics is not None:
         parse_address(args.metrics)  # a bad address is refused before anything starts

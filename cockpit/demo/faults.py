@@ -24,7 +24,7 @@ GRACE_SECONDS = 15.0  # after a fault's window: the ticks, the run log's lock, a
 def faulty_gpus(campaign: Campaign, faults: Sequence[Fault], interval: float = 1.0) -> Any:
     """A started sampler over simulated GPUs that suffer `faults` (their clock starts now). Always
     simulated, even on a GPU box: faults are never injected into measured figures."""
-    from cockpit.live.engine import SimulatedGpus
+    from cockpit.live.gpu_source import SimulatedGpus
     from cockpit.live.gpu_sampler import GpuSampler
 
     source = SimulatedGpus(

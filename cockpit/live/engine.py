@@ -9,7 +9,6 @@ under the run log's lock, so a TUI and a headless watcher never log it twice), c
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -23,10 +22,9 @@ from cockpit.common.times import iso, parse_ts, utc_now
 from cockpit.live.alert_log import alert_lines, log_alerts
 from cockpit.live.builtin_alerts import PILOT_DUE, STREAM_UNREADABLE, Pending, built_in_alerts, stream_identity
 from cockpit.live.clock import ItemProgress, lot_clock, projected
-from cockpit.live.fake_gpus import FakeGpus
-from cockpit.live.gpu import GpuSnapshot, NvmlSource
+from cockpit.live.gpu import GpuSnapshot
 from cockpit.live.gpu_health import HealthMonitor
-from cockpit.live.gpu_sampler import GpuSampler
+from cockpit.live.gpu_source import env_nvml_source
 from cockpit.live.host import HostProcesses
 from cockpit.live.metric_values import seconds_to_datetime
 from cockpit.live.metrics import MetricsStream
@@ -593,36 +591,3 @@ def _ts_text(seconds: Any) -> str | None:
 
 def _parse(text: Any) -> datetime | None:
     return parse_ts(text) if isinstance(text, str) else None
-
-
-def env_nvml_source() -> Any:
-    """NVML as the environment allows (COCKPIT_NVML=off behaves as if no driver were present)."""
-    return NvmlSource(environ=os.environ)
-
-
-class SimulatedGpus:
-    """The demo's stand-in where NVML is unavailable: simulated figures, labelled as such, and the
-    real reason NVML is unavailable kept beside them — never passed off as measurements."""
-
-    def __init__(self, count: int, name: str, reason: str | None, **figures: Any):
-        self._fake = FakeGpus(count, name=f"{name} (simulated)", **figures)
-        self._reason = reason or "NVML unavailable"
-
-    def sample(self) -> GpuSnapshot:
-        snapshot = self._fake.sample()
-        return replace(snapshot, available=False, simulated=True,
-                       reason=f"{self._reason} — the demo shows SIMULATED GPUs, not measurements")
-
-    def close(self) -> None:
-        self._fake.close()
-
-
-def live_gpus(interval: float = 1.0, *, simulate: int | None = None, name: str = "GPU", **figures: Any) -> GpuSampler:
-    """A started background sampler over NVML; with `simulate`, simulated GPUs where NVML is unavailable."""
-    source: Any = env_nvml_source()
-    if simulate:
-        probe = source.sample()
-        if not probe.available:
-            source.close()
-            source = SimulatedGpus(simulate, name, probe.reason, **figures)
-    return GpuSampler(source, interval=interval).start()

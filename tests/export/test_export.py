@@ -418,7 +418,8 @@ def test_demo_no_tui_refuses_metrics_and_says_how(tmp_path):
 
 
 def test_each_gpu_is_labelled_with_its_index_and_uuid_from_the_readings(seed_campaign):
-    from cockpit.live.engine import Engine, SimulatedGpus
+    from cockpit.live.engine import Engine
+    from cockpit.live.gpu_source import SimulatedGpus
 
     campaign = load_campaign(seed_campaign)
     engine = Engine(campaign, clock=lambda: NOW, gpus=SimulatedGpus(2, "RTX 4090", None, memory_total_bytes=24 * 2**30))

@@ -261,7 +261,7 @@ def test_an_alert_the_disk_refuses_is_still_shown_marked_unrecorded(seed_campaig
 
 
 def test_the_demo_simulates_gpus_only_where_nvml_is_unavailable_and_says_so(monkeypatch):
-    from cockpit.live.engine import live_gpus
+    from cockpit.live.gpu_source import live_gpus
 
     monkeypatch.setenv("COCKPIT_NVML", "off")
     sampler = live_gpus(interval=0.05, simulate=1, name="RTX 4090", memory_total_bytes=24 * 2**30, power_limit_w=450.0)
