@@ -45,7 +45,8 @@ from cockpit.live.track import RATE_SPACING_S, RunTrack
 
 MAX_LINE_BYTES = 1 << 20  # a metrics line longer than this is skipped and counted, never held
 CHUNK_BYTES = 1 << 22  # read 4 MiB at a time: few system calls, bounded memory
-HEAD_BYTES = 64  # the first bytes of the file, to notice a file rewritten in place past our offset
+HEAD_BYTES = 64  # the first bytes of the file: which writing of it this is (its generation)
+TAIL_BYTES = 64  # the bytes just before the offset, read again with the new ones: a rewrite in place shows
 _FAST_LINE_BYTES = 4096  # lines shorter than this whose values hold no text take the fast path
 
 Observer = Callable[[dict, int, RunTrack], None]
@@ -62,6 +63,7 @@ class StreamPosition:
     size: int = 0
     lines: int = 0  # complete lines consumed
     head: bytes = b""  # the file's first consumed bytes (at most HEAD_BYTES)
+    tail: bytes = b""  # the consumed bytes just before `offset` (at most TAIL_BYTES)
     skipping: bool = False  # inside a line longer than the cap: discard up to its newline
     mtime: float | None = None
 
@@ -69,6 +71,7 @@ class StreamPosition:
         return {
             "offset": self.offset, "inode": self.inode, "device": self.device, "size": self.size,
             "lines": self.lines, "head": self.head.hex(), "skipping": self.skipping, "mtime": self.mtime,
+            "tail": self.tail.hex(),
         }
 
     @classmethod
@@ -76,8 +79,10 @@ class StreamPosition:
         position = cls(
             offset=data["offset"], inode=data.get("inode"), device=data.get("device"), size=data.get("size", 0),
             lines=data["lines"], head=bytes.fromhex(data.get("head", "")), skipping=bool(data.get("skipping", False)),
-            mtime=data.get("mtime"),
+            mtime=data.get("mtime"), tail=bytes.fromhex(data.get("tail", "")),
         )
+        if len(position.tail) > min(TAIL_BYTES, position.offset):
+            raise ValueError("tail")
         for name in ("offset", "size", "lines"):
             value = getattr(position, name)
             if type(value) is not int or value < 0:
@@ -239,11 +244,20 @@ class MetricsStream:
             reason = "replaced"
         elif info.st_size < position.offset:
             reason = "truncated"
-        elif position.head and os.pread(fd, len(position.head), 0) != position.head:
-            reason = "rewritten"
+        first = b""  # the first new bytes, read in one call with the tail they must follow
+        tail = position.tail
+        if reason is None and tail:
+            first = os.pread(fd, len(tail) + min(self.chunk_bytes, info.st_size - position.offset), position.offset - len(tail))
+            if first[:len(tail)] != tail:
+                reason, first = "rewritten", b""  # other bytes where ours were: written again in place
+            else:
+                first = first[len(tail):]
+        elif reason is None and position.head and os.pread(fd, len(position.head), 0) != position.head:
+            reason = "rewritten"  # a position saved before tails were kept: the head says it
         if reason is not None:
             self.position = position = StreamPosition()
             self.track.begin_again(reason)
+            tail = b""
         position.inode, position.device = info.st_ino, info.st_dev
         position.mtime = info.st_mtime
 
@@ -255,19 +269,24 @@ class MetricsStream:
         more = False
         while offset + len(pending) < end:
             read_at = offset + len(pending)
-            chunk = os.pread(fd, min(chunk_bytes, end - read_at), read_at)
+            if first:
+                chunk, first = first, b""
+            else:
+                chunk = os.pread(fd, min(chunk_bytes, end - read_at), read_at)
             if not chunk:
                 break  # the file shrank under us: the next poll notices
             if position.skipping:
                 newline = chunk.find(b"\n")
                 if newline < 0:
                     offset = read_at + len(chunk)
+                    tail = (tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
                     continue
                 position.skipping = False
                 position.lines += 1
                 self.track.note_bad(position.lines, f"longer than {cap} bytes: skipped")
                 bad += 1
                 offset = read_at + newline + 1
+                tail = (tail + chunk[max(0, newline + 1 - TAIL_BYTES):newline + 1])[-TAIL_BYTES:]
                 chunk = chunk[newline + 1:]
             data = pending + chunk if pending else chunk
             pieces = data.split(b"\n")
@@ -276,15 +295,19 @@ class MetricsStream:
                 got, wrong = self._consume(pieces, observer, info.st_mtime, polled_at)
                 records += got
                 bad += wrong
-                offset += len(data) - len(pending)
+                taken = len(data) - len(pending)
+                offset += taken
+                tail = (tail + data[max(0, taken - TAIL_BYTES):taken])[-TAIL_BYTES:]
             if len(pending) > cap:
                 position.skipping = True  # never hold more than the cap of one line
                 offset += len(pending)
+                tail = (tail + pending[-TAIL_BYTES:])[-TAIL_BYTES:]
                 pending = b""
             if max_bytes is not None and offset + len(pending) - start >= max_bytes and offset + len(pending) < end:
                 more = True
                 break
         position.offset = offset
+        position.tail = tail if offset else b""
         position.size = info.st_size
         if len(position.head) < HEAD_BYTES and offset > len(position.head):
             position.head = os.pread(fd, min(HEAD_BYTES, offset), 0)

@@ -564,6 +564,8 @@ def test_arbitrary_appends_in_arbitrary_splits(tmp_path: Path, segments, tail, c
         written = point
         result = stream.poll(observer)
         assert result.error is None and not result.reset
+        position = stream.position  # the bytes kept to notice a rewrite are the very bytes before the offset
+        assert position.tail == blob[max(0, position.offset - metrics.TAIL_BYTES):position.offset]
         if restarts.get(point):
             save_state(state, [stream])
             stream = load_state(state).stream("r", path)
@@ -829,3 +831,38 @@ def test_a_quiet_file_rewritten_in_place_is_noticed_when_it_changes(path: Path):
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     result = stream.poll()
     assert result.reset and result.reset_reason == "rewritten"
+
+
+def test_a_growing_file_costs_one_read_a_poll_and_a_rewrite_is_still_seen(path: Path, monkeypatch):
+    write(path, *({"ts": T0 + i, "step": i} for i in range(50)))
+    stream = MetricsStream("r", path)
+    stream.poll()
+    reads: list[int] = []
+    real_pread = os.pread
+    monkeypatch.setattr(metrics.os, "pread", lambda fd, n, at: reads.append(at) or real_pread(fd, n, at))
+    for step in range(50, 55):
+        write(path, {"ts": T0 + step, "step": step})
+        assert stream.poll().lines == 1
+    assert len(reads) == 5  # the new line and the bytes it must follow, in one read
+    with open(path, "r+b") as handle:  # the same inode grown past the offset with other bytes
+        handle.write(b"".join(json.dumps({"ts": T0 + 900 + i, "step": 900 + i}).encode() + b"\n" for i in range(80)))
+    result = stream.poll()
+    assert result.reset and result.reset_reason == "rewritten" and stream.track.last_step == 979
+
+
+def test_a_position_saved_without_a_tail_still_notices_a_rewrite(path: Path, tmp_path: Path):
+    write(path, *({"ts": T0 + i, "step": i} for i in range(5)))
+    stream = MetricsStream("r", path)
+    stream.poll()
+    state = tmp_path / "state.json"
+    save_state(state, [stream])
+    saved = json.loads(state.read_text())
+    text = json.dumps(saved).replace(f'"tail": "{stream.position.tail.hex()}"', '"tail": ""')
+    assert text != json.dumps(saved)
+    state.write_text(text)  # as an older cockpit saved it
+    restored = load_state(state).stream("r", path)
+    assert restored.position.tail == b"" and restored.position.offset == stream.position.offset
+    with open(path, "r+b") as handle:
+        handle.write(b"".join(json.dumps({"ts": T0 + 500 + i, "step": 50 + i}).encode() + b"\n" for i in range(20)))
+    result = restored.poll()
+    assert result.reset and result.reset_reason == "rewritten" and restored.track.last_step == 69
