@@ -42,7 +42,8 @@ class Downsampled:
     series' own minimum and maximum exactly) and its first non-finite value (a NaN is never
     averaged away); the last point is always kept as it came."""
 
-    __slots__ = ("max_buckets", "width", "buckets", "count", "last", "_prefix", "_prefix_count", "_prefix_of")
+    __slots__ = ("max_buckets", "width", "buckets", "count", "last_step", "last_value", "_prefix", "_prefix_count",
+                 "_prefix_of")
 
     def __init__(self, max_points: int = MAX_POINTS):
         if max_points < 4:
@@ -52,16 +53,23 @@ class Downsampled:
         # [first_step, last_step, count, min_step, min_value, max_step, max_value, nonfinite (step, value) | None]
         self.buckets: list[list[Any]] = []
         self.count = 0
-        self.last: Point | None = None
+        # The last point, as two fields: a (step, value) tuple a point would be one more object
+        # for the garbage collector to count, every line of every run.
+        self.last_step: int | None = None
+        self.last_value: float = 0.0
         # The points of the closed buckets (all but the last), kept between views: only a merge
         # (which makes a new bucket list) changes them, so a view each tick costs the open bucket only.
         self._prefix: tuple[Point, ...] = ()
         self._prefix_count = 0
         self._prefix_of: list | None = None
 
+    @property
+    def last(self) -> Point | None:
+        return None if self.last_step is None else (self.last_step, self.last_value)
+
     def add(self, step: int, value: float) -> None:
         self.count += 1
-        self.last = (step, value)
+        self.last_step, self.last_value = step, value
         buckets = self.buckets
         bucket = buckets[-1] if buckets else None
         if bucket is None or bucket[2] >= self.width:
@@ -87,7 +95,7 @@ class Downsampled:
         old = self.buckets
         merged: list[list[Any]] = []
         for index in range(0, len(old) - 1, 2):
-            merged.append(_merge_two(old[index], old[index + 1]))
+            merged.append(_merge_into(old[index], old[index + 1]))
         if len(old) % 2:
             merged.append(old[-1])
         self.buckets = merged
@@ -136,7 +144,8 @@ class Downsampled:
             raise ValueError("width/count")
         series.width, series.count = width, count
         last = data.get("last")
-        series.last = None if last is None else (as_step(last[0]), _decode(last[1]))
+        if last is not None:
+            series.last_step, series.last_value = as_step(last[0]), _decode(last[1])
         buckets = []
         for item in data["buckets"]:
             first, final, n, min_step, min_value, max_step, max_value, nonfinite = item
@@ -185,14 +194,18 @@ def _same_point(a: Point, b: Point) -> bool:
     return a[0] == b[0] and (a[1] == b[1] or (a[1] != a[1] and b[1] != b[1]))
 
 
-def _merge_two(a: list[Any], b: list[Any]) -> list[Any]:
-    merged = [a[0], b[1], a[2] + b[2], a[3], a[4], a[5], a[6], a[7] if a[7] is not None else b[7]]
+def _merge_into(a: list[Any], b: list[Any]) -> list[Any]:
+    """Bucket `b` (the later) merged into bucket `a`, in place: no new list per bucket at each merge."""
+    a[1] = b[1]
+    a[2] += b[2]
+    if a[7] is None:
+        a[7] = b[7]
     if b[4] is not None:
-        if merged[4] is None:
-            merged[3:7] = b[3:7]
+        if a[4] is None:
+            a[3:7] = b[3:7]
         else:
-            if b[4] < merged[4]:
-                merged[3], merged[4] = b[3], b[4]
-            if b[6] > merged[6]:
-                merged[5], merged[6] = b[5], b[6]
-    return merged
+            if b[4] < a[4]:
+                a[3], a[4] = b[3], b[4]
+            if b[6] > a[6]:
+                a[5], a[6] = b[5], b[6]
+    return a

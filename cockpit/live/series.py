@@ -155,7 +155,7 @@ class RunSeries:
                         bucket[1] = step
                         bucket[2] += 1
                         series.count += 1
-                        series.last = (step, value)
+                        series.last_step, series.last_value = step, value
                         if value < bucket[4]:
                             bucket[3], bucket[4] = step, value
                         elif value > bucket[6]:
@@ -164,7 +164,7 @@ class RunSeries:
                     if bucket[2] >= series.width and len(buckets) < series.max_buckets:
                         buckets.append([step, step, 1, step, value, step, value, None])  # a new bucket, no merge due
                         series.count += 1
-                        series.last = (step, value)
+                        series.last_step, series.last_value = step, value
                         continue
                 series.add(step, value)
         elif isinstance(event, str) and event in _STREAM_EVENTS:
