@@ -68,6 +68,7 @@ class Schedule:
 
 
 TICKS = 10**9  # nanohours in an hour: exact for any decimal of up to 9 places
+_FLOAT_HOURS_MAX = 1e290  # a finite, non-negative float below this (NaN fails both comparisons) takes the short way
 
 
 def _nanohours(value: Any, what: str) -> int:
@@ -223,11 +224,17 @@ def schedule(
     plan = _prepared(list(items), gpu_count, keep)
     kept, dropped, needs, gpus_of, kinds, tiers = plan.kept, plan.dropped, plan.needs, plan.gpus_of, plan.kinds, plan.tiers
     durations: dict[str, int] = {}
+    errors = plan.errors
     for item in kept:
-        durations[item.id] = _nanohours(overrides.get(item.id, item.hours), f"'{item.id}'")
-        wrong = plan.errors.get(item.id)
-        if wrong:
-            raise ValueError(wrong)
+        value = overrides.get(item.id, item.hours)
+        if type(value) is float and 0.0 <= value <= _FLOAT_HOURS_MAX:  # the live clock's case, checked inline
+            durations[item.id] = round(value * TICKS)
+        else:
+            durations[item.id] = _nanohours(value, f"'{item.id}'")
+        if errors:
+            wrong = errors.get(item.id)
+            if wrong:
+                raise ValueError(wrong)
 
     gpu_lanes = {(lot, gpu): _Lane() for lot in range(lots) for gpu in range(gpu_count)}
     operator = _Lane()
