@@ -6,8 +6,11 @@
 Drives the real `Engine` as memory_30day.py's part 1 does (1 s a tick, one line a run a tick, an
 eval line every 10) for 2 × `--ticks` ticks. At tick T and at tick 2T (the same phase of every
 bounded history) it walks everything reachable from the `Engine` object, breadth first, and counts
-the objects under each attribute path (run ids folded to RUN, list items to []); then prints the
-paths that grew most between T and 2T. A path that keeps growing with T is memory kept per tick.
+the objects under each attribute path (run ids folded to RUN, list items to []) and their bytes
+(`sys.getsizeof`, an instance's `__dict__` included); then prints the paths that grew most between
+T and 2T, beside the growth of the whole heap (memory_30day.py's measure) over the same ticks. A
+path that keeps growing with T is memory kept per tick; heap growth that no path shows is held
+outside the engine.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ RUN_KEY = re.compile(r"\.r\d+\b")
 MAX_DEPTH = 14
 
 
-def census(root: object) -> Counter[str]:
-    """Objects reachable from `root`, counted by attribute path (each object once)."""
+def census(root: object) -> tuple[Counter[str], Counter[str]]:
+    """Objects reachable from `root`, counted and sized by attribute path (each object once)."""
     seen: set[int] = set()
     counts: Counter[str] = Counter()
+    sizes: Counter[str] = Counter()
     queue: deque[tuple[object, str]] = deque([(root, "engine")])
     while queue:
         item, path = queue.popleft()
@@ -50,10 +54,13 @@ def census(root: object) -> Counter[str]:
         seen.add(id(item))
         if isinstance(item, ATOMS):
             counts[path] += 1
+            sizes[path] += sys.getsizeof(item)
             continue
         if isinstance(item, (type, ModuleType, FunctionType)):
             continue
         counts[path + " (object)"] += 1
+        own = getattr(item, "__dict__", None) if not isinstance(item, dict) else None
+        sizes[path + " (object)"] += sys.getsizeof(item) + (sys.getsizeof(own) if isinstance(own, dict) else 0)
         children: list[tuple[object, str]] = []
         if isinstance(item, dict):
             children = [(v, f"{path}.{k}" if isinstance(k, str) and len(k) < 30 else f"{path}.*") for k, v in item.items()]
@@ -69,7 +76,7 @@ def census(root: object) -> Counter[str]:
             child_path = RUN_KEY.sub(".RUN", child_path)
             if child_path.count(".") + child_path.count("[") < MAX_DEPTH:
                 queue.append((child, child_path))
-    return counts
+    return counts, sizes
 
 
 def main() -> None:
@@ -87,6 +94,8 @@ def main() -> None:
         handles = memory_30day.make_campaign(folder, args.runs, args.gpus, clock)
         engine = Engine(load_campaign(folder), clock=clock, gpus=FakeGpus(args.gpus, clock=clock), monotonic=clock.monotonic)
         counted: dict[int, Counter[str]] = {}
+        sized: dict[int, Counter[str]] = {}
+        heap: dict[int, int] = {}
         for tick in range(1, 2 * args.ticks + 1):
             clock.advance(1.0)
             ts = clock.now.timestamp()
@@ -96,20 +105,27 @@ def main() -> None:
             engine.tick()
             if tick in (args.ticks, 2 * args.ticks):
                 gc.collect()
-                counted[tick] = census(engine)
-                print(f"tick {tick:,}: {sum(counted[tick].values()):,} objects reachable, "
+                heap[tick] = memory_30day.heap_bytes()[0]  # before the census allocates its own
+                counted[tick], sized[tick] = census(engine)
+                print(f"tick {tick:,}: {sum(counted[tick].values()):,} objects reachable "
+                      f"({sum(sized[tick].values()) / 2**20:.2f} MB), heap {heap[tick] / 2**20:.2f} MB, "
                       f"{sys.getallocatedblocks():,} blocks allocated", flush=True)
         engine.close()
         for handle in handles:
             handle.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    first, second = counted[args.ticks], counted[2 * args.ticks]
-    changes = sorted(((second[k] - first.get(k, 0), k) for k in set(first) | set(second)), reverse=True)
-    print(f"grew most between tick {args.ticks:,} and {2 * args.ticks:,}:")
-    for change, path in changes[: args.top]:
-        if change > 0:
-            print(f"  +{change:,}  {path}")
+    t, t2 = args.ticks, 2 * args.ticks
+    reachable = sum(sized[t2].values()) - sum(sized[t].values())
+    print(f"between tick {t:,} and {t2:,}: heap +{(heap[t2] - heap[t]) / t:.1f} bytes a tick, "
+          f"reachable from the engine +{reachable / t:.1f} bytes a tick")
+    first, second = counted[t], counted[t2]
+    changes = sorted(((sized[t2][k] - sized[t].get(k, 0), second[k] - first.get(k, 0), k)
+                      for k in set(first) | set(second)), reverse=True)
+    print("grew most (bytes, objects, path):")
+    for grown, change, path in changes[: args.top]:
+        if grown > 0:
+            print(f"  +{grown:,} B  +{change:,}  {path}")
 
 
 if __name__ == "__main__":
