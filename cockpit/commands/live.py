@@ -13,8 +13,8 @@ from cockpit.common.text import escape_control
 from cockpit.common.times import hours_text, parse_ts, utc_now
 from cockpit.errors import UsageError
 from cockpit.live.engine import Engine
-from cockpit.live.gpu_source import env_nvml_source
 from cockpit.live.gpu_health import health_lines
+from cockpit.live.gpu_source import env_nvml_source
 from cockpit.live.gpu_sampler import GpuSampler
 from cockpit.live.snapshot import Snapshot
 from cockpit.plan.load import load_campaign
@@ -113,10 +113,13 @@ def render_text(snapshot: Snapshot) -> str:
 def other_lots(args, campaign):
     """The other lots `--lot` and lots.toml name (None when there are none)."""
     from cockpit.lots.config import lot_sources
-    from cockpit.lots.watcher import OtherLots
 
     sources = lot_sources(getattr(args, "lot", None))
-    return OtherLots.of(sources, campaign.directory) if sources else None
+    if not sources:
+        return None
+    from cockpit.lots.watcher import OtherLots  # only with other lots: its threads and sockets
+
+    return OtherLots.of(sources, campaign.directory)
 
 
 def status_extra(campaign):
@@ -165,7 +168,7 @@ def status(args) -> int:
             lots_summary=summarize(snapshot, readings, snapshot.taken_at).to_json(),
         )
     if args.json:
-        from cockpit.export.server import status_json
+        from cockpit.live.snapshot import status_json
 
         sys.stdout.write(status_json(snapshot, extra) + "\n")
     else:

@@ -9,7 +9,6 @@ published, so a scrape costs a lookup and a write."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import socket
 import threading
 from collections.abc import Callable
@@ -17,23 +16,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from cockpit.common.text import json_safe
 from cockpit.errors import Finding, UsageError
 from cockpit.export.metrics import LabelSets, exposition
-from cockpit.live.snapshot import Snapshot, to_json
+from cockpit.live.snapshot import Snapshot, status_json
 
 DEFAULT_HOST = "127.0.0.1"
 # What `exposition` writes: the text format 0.0.4 (prometheus_client's CONTENT_TYPE_LATEST names
 # 1.0.0 in its recent versions, a format with escaping rules this text does not follow).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-
-def status_json(snapshot: Snapshot, extra: dict[str, Any] | None = None) -> str:
-    """`status --json`'s text for one snapshot (`extra` adds fields, e.g. the other lots)."""
-    body = to_json(snapshot)
-    if extra:
-        body.update(extra)
-    return json_safe(json.dumps(body, ensure_ascii=False, allow_nan=False))
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,14 @@ calls differently or adds, so a field added to both needs no copying code.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
+from cockpit.common.text import json_safe
 from cockpit.common.times import iso
 
 if TYPE_CHECKING:
@@ -255,6 +257,15 @@ def _number(value: Any) -> Any:
     if isinstance(value, float) and value in (float("inf"), float("-inf")):
         return "Infinity" if value > 0 else "-Infinity"
     return value
+
+
+def status_json(snapshot: Snapshot, extra: dict[str, Any] | None = None) -> str:
+    """`status --json`'s text for one snapshot (`extra` adds fields, e.g. the other lots); the
+    exporter's /snapshot.json serves the same text."""
+    body = to_json(snapshot)
+    if extra:
+        body.update(extra)
+    return json_safe(json.dumps(body, ensure_ascii=False, allow_nan=False))
 
 
 def to_json(snapshot: Snapshot) -> dict[str, Any]:
