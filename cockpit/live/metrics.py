@@ -215,7 +215,7 @@ class MetricsStream:
 
     def close(self) -> None:
         """Release the kept descriptor (the next poll opens the file again)."""
-        fd, self._fd, self._fd_file = self._fd, None, None
+        fd, self._fd, self._fd_file = getattr(self, "_fd", None), None, None  # (a half-made stream has none)
         if fd is not None:
             try:
                 os.close(fd)
