@@ -155,8 +155,9 @@ class Engine:
             return self.campaign
 
     def close(self) -> None:
-        """Save where reading stopped and release the GPU source."""
-        self._save(force=True)
+        """Save where reading stopped (unless the last tick saved it and nothing changed since:
+        a one-shot `status` would write and fsync the same state twice) and release the sources."""
+        self._save(force=self._unsaved or self._saved_at is None)
         for stream in self.streams.values():  # the descriptors of the files still growing
             stream.close()
         self.health.close()

@@ -673,3 +673,31 @@ def test_alerts_before_the_lot_starts_wait_for_campaign_started(seed_campaign):
     engine.tick()
     types = [e["type"] for e in RunLog(seed_campaign).read().events]
     assert types[0] == "campaign_started" and "alert" in types
+
+
+def test_a_one_shot_status_saves_its_reading_position_once(seed_campaign, monkeypatch):
+    """The tick that read new lines saves; closing right after has nothing more to save (each
+    save is a whole state file written and fsynced: a status paid it twice)."""
+    from cockpit.live import engine as engine_module
+
+    now = LOT_START + timedelta(hours=1)
+    t0 = (now - timedelta(minutes=5)).timestamp()
+    seed_streams(seed_campaign, t0)
+    saves = []
+    real_save = engine_module.save_state
+    monkeypatch.setattr(engine_module, "save_state", lambda *a, **k: saves.append(1) or real_save(*a, **k))
+    engine = make_engine(seed_campaign, now)
+    engine.tick()
+    engine.close()
+    assert len(saves) == 1
+    write_stream(seed_campaign, "v-r64", ['{"ts": %f, "step": 9, "loss": 0.5}' % (t0 + 9)])
+    engine = make_engine(seed_campaign, now)
+    engine.tick()
+    engine.close()
+    assert len(saves) == 2
+    quiet = make_engine(seed_campaign, now)  # nothing new: the position is saved once, at close
+    quiet.tick()
+    quiet.close()
+    assert len(saves) == 3
+    state = json.loads((seed_campaign / ".cockpit" / "metrics-state.json").read_text())
+    assert state["streams"]["v-r64"]["position"]["lines"] == engine.streams["v-r64"].position.lines
