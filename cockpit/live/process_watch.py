@@ -100,6 +100,8 @@ class ProcessWatch(Generic[Answer]):
             self._poller.unregister(pidfd)
         except KeyError:
             pass
+        if self._ended_now is not None:  # its number may be given to a new watch within this look
+            self._ended_now.discard(pidfd)
         try:
             os.close(pidfd)
         except OSError:

@@ -543,3 +543,23 @@ def test_one_look_polls_every_watched_run_process_at_once(monkeypatch):
                 run.kill()
             run.wait(timeout=10)
         procs.close()
+
+
+def test_a_descriptor_number_reused_within_one_look_is_not_taken_for_ended():
+    """A watch dropped within a look frees its number; a new watch given that number in the same
+    look is judged by its own process, not by the poll taken before it existed."""
+    from cockpit.live.process_watch import ProcessWatch
+
+    watch: ProcessWatch[str] = ProcessWatch()
+    ended_r, ended_w = os.pipe()  # a readable fd stands for a pidfd whose process ended
+    os.write(ended_w, b"x")
+    watch.watch("first", ended_r, "it ran")
+    with watch.one_look():
+        assert watch.still_running("first") == (False, "it ran")
+        fresh_r, fresh_w = os.pipe()
+        assert fresh_r == ended_r  # the lowest free number: the one just released
+        watch.watch("second", fresh_r, "it runs")
+        assert watch.still_running("second") == (True, "it runs")
+    watch.close()
+    os.close(ended_w)
+    os.close(fresh_w)
