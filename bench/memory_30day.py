@@ -89,9 +89,10 @@ def campaign_text(runs: int, gpus: int) -> str:
     return engine_tick.campaign_text(runs, gpus, LOT_START, days=31, total_steps=100_000_000, campaign_id="memory-30-days")
 
 
-def heap_bytes() -> tuple[int, str]:
-    """The bytes this process's heap holds in objects: pymalloc's allocated blocks plus glibc
-    malloc's bytes in use (where glibc is there), and what was counted."""
+def heap_parts() -> dict[str, int]:
+    """What this process's heap holds, by who hands it out: pymalloc's allocated blocks (Python's
+    objects of up to 512 bytes) and, where glibc is there, malloc's bytes in use in its heap
+    (`uordblks`: larger objects, C buffers) and in its mmapped chunks (`hblkhd`)."""
     with tempfile.TemporaryFile() as capture:
         saved = os.dup(2)
         sys.stderr.flush()
@@ -104,17 +105,23 @@ def heap_bytes() -> tuple[int, str]:
         capture.seek(0)
         text = capture.read().decode("ascii", "replace")
     found = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
-    total = int(found.group(1).replace(",", "")) if found else 0
-    counted = "pymalloc"
+    parts = {"pymalloc": int(found.group(1).replace(",", "")) if found else 0}
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         info = libc.mallinfo2
     except (OSError, AttributeError):
-        return total, counted
+        return parts
     fields = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
     info.restype = type("MallInfo2", (ctypes.Structure,), {"_fields_": [(name, ctypes.c_size_t) for name in fields]})
     figures = info()
-    return total + figures.uordblks + figures.hblkhd, counted + " + malloc in use"
+    parts.update(malloc_heap=figures.uordblks, malloc_mmapped=figures.hblkhd)
+    return parts
+
+
+def heap_bytes() -> tuple[int, str]:
+    """The bytes this process's heap holds in objects (`heap_parts`, summed), and what was counted."""
+    parts = heap_parts()
+    return sum(parts.values()), "pymalloc" + (" + malloc in use" if len(parts) > 1 else "")
 
 
 def rss_mb() -> float:

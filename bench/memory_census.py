@@ -95,7 +95,7 @@ def main() -> None:
         engine = Engine(load_campaign(folder), clock=clock, gpus=FakeGpus(args.gpus, clock=clock), monotonic=clock.monotonic)
         counted: dict[int, Counter[str]] = {}
         sized: dict[int, Counter[str]] = {}
-        heap: dict[int, int] = {}
+        heap: dict[int, dict[str, int]] = {}
         for tick in range(1, 2 * args.ticks + 1):
             clock.advance(1.0)
             ts = clock.now.timestamp()
@@ -105,10 +105,10 @@ def main() -> None:
             engine.tick()
             if tick in (args.ticks, 2 * args.ticks):
                 gc.collect()
-                heap[tick] = memory_30day.heap_bytes()[0]  # before the census allocates its own
+                heap[tick] = memory_30day.heap_parts()  # before the census allocates its own
                 counted[tick], sized[tick] = census(engine)
                 print(f"tick {tick:,}: {sum(counted[tick].values()):,} objects reachable "
-                      f"({sum(sized[tick].values()) / 2**20:.2f} MB), heap {heap[tick] / 2**20:.2f} MB, "
+                      f"({sum(sized[tick].values()) / 2**20:.2f} MB), heap {sum(heap[tick].values()) / 2**20:.2f} MB, "
                       f"{sys.getallocatedblocks():,} blocks allocated", flush=True)
         engine.close()
         for handle in handles:
@@ -117,8 +117,9 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     t, t2 = args.ticks, 2 * args.ticks
     reachable = sum(sized[t2].values()) - sum(sized[t].values())
-    print(f"between tick {t:,} and {t2:,}: heap +{(heap[t2] - heap[t]) / t:.1f} bytes a tick, "
-          f"reachable from the engine +{reachable / t:.1f} bytes a tick")
+    parts = ", ".join(f"{name} {(heap[t2][name] - heap[t][name]) / t:+.1f}" for name in heap[t])
+    print(f"between tick {t:,} and {t2:,}: heap {(sum(heap[t2].values()) - sum(heap[t].values())) / t:+.1f} bytes a tick "
+          f"({parts}), reachable from the engine {reachable / t:+.1f} bytes a tick")
     first, second = counted[t], counted[t2]
     changes = sorted(((sized[t2][k] - sized[t].get(k, 0), second[k] - first.get(k, 0), k)
                       for k in set(first) | set(second)), reverse=True)
