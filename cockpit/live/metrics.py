@@ -279,14 +279,14 @@ class MetricsStream:
                 newline = chunk.find(b"\n")
                 if newline < 0:
                     offset = read_at + len(chunk)
-                    tail = (tail + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+                    tail = _tail_after(tail, chunk, len(chunk))
                     continue
                 position.skipping = False
                 position.lines += 1
                 self.track.note_bad(position.lines, f"longer than {cap} bytes: skipped")
                 bad += 1
                 offset = read_at + newline + 1
-                tail = (tail + chunk[max(0, newline + 1 - TAIL_BYTES):newline + 1])[-TAIL_BYTES:]
+                tail = _tail_after(tail, chunk, newline + 1)
                 chunk = chunk[newline + 1:]
             data = pending + chunk if pending else chunk
             pieces = data.split(b"\n")
@@ -297,17 +297,17 @@ class MetricsStream:
                 bad += wrong
                 taken = len(data) - len(pending)
                 offset += taken
-                tail = (tail + data[max(0, taken - TAIL_BYTES):taken])[-TAIL_BYTES:]
+                tail = _tail_after(tail, data, taken)
             if len(pending) > cap:
                 position.skipping = True  # never hold more than the cap of one line
                 offset += len(pending)
-                tail = (tail + pending[-TAIL_BYTES:])[-TAIL_BYTES:]
+                tail = _tail_after(tail, pending, len(pending))
                 pending = b""
             if max_bytes is not None and offset + len(pending) - start >= max_bytes and offset + len(pending) < end:
                 more = True
                 break
         position.offset = offset
-        position.tail = tail if offset else b""
+        position.tail = tail
         position.size = info.st_size
         if len(position.head) < HEAD_BYTES and offset > len(position.head):
             position.head = os.pread(fd, min(HEAD_BYTES, offset), 0)
@@ -481,6 +481,11 @@ class MetricsStream:
             return None
         track.lines = position.lines
         return cls(run_id, path, position=position, track=track)
+
+
+def _tail_after(tail: bytes, data: bytes, end: int) -> bytes:
+    """The last TAIL_BYTES consumed once `data[:end]` is consumed after `tail` (no copy of `data`)."""
+    return (tail + data[max(0, end - TAIL_BYTES):end])[-TAIL_BYTES:]
 
 
 def _not_a_file(mode: int) -> str | None:
