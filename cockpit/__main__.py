@@ -1,5 +1,5 @@
 import sys
 
-from cockpit.cli import main
+from cockpit.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cockpit import __version__
+from cockpit.common import startup
 from cockpit.common.text import escape_control
 from cockpit.errors import Finding, UsageError
 
@@ -309,6 +310,16 @@ def _output_lost(error: OutputError) -> int:
     except OSError:
         pass
     return 1
+
+
+def entry() -> int:
+    """The process's entry point (the `cockpit` command, `python -m cockpit`): `main` with the
+    garbage collector paused until the command's campaign is loaded (`cockpit.common.startup`)."""
+    startup.pause_collection()
+    try:
+        return main()
+    finally:
+        startup.resume_collection()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,7 +8,6 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from cockpit.live.fake_gpus import FakeGpus
 from cockpit.live.gpu import GpuSnapshot, NvmlSource
 from cockpit.live.gpu_sampler import GpuSampler
 
@@ -23,6 +22,8 @@ class SimulatedGpus:
     real reason NVML is unavailable kept beside them — never passed off as measurements."""
 
     def __init__(self, count: int, name: str, reason: str | None, **figures: Any):
+        from cockpit.live.fake_gpus import FakeGpus  # the demo's only: a live cockpit never imports it
+
         self._fake = FakeGpus(count, name=f"{name} (simulated)", **figures)
         self._reason = reason or "NVML unavailable"
 

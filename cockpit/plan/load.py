@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cockpit.common import startup
 from cockpit.common.layout import CAMPAIGN_FILE
 from cockpit.plan.campaign import Campaign, CampaignError, CampaignFinding
 from cockpit.plan.schema import validate_text
@@ -36,4 +37,6 @@ def load_campaign(directory: str | Path) -> Campaign:
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise CampaignError([CampaignFinding(label, "", "is not UTF-8 text; save it as UTF-8", line)]) from None
-    return read_campaign_text(text, directory.resolve(), label)
+    campaign = read_campaign_text(text, directory.resolve(), label)
+    startup.settled()  # the process's start ends with its campaign: collection resumes
+    return campaign
