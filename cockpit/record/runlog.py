@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import getpass
 import json
 import math
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,9 +30,6 @@ from cockpit.record.events import VOIDABLE, EventType
 
 def who() -> str:
     """The person recording: user@host."""
-    import getpass  # here, not at the top: only a recorded decision needs them, and a `status`
-    import socket  # that records nothing starts faster without them
-
     try:
         user = getpass.getuser()
     except Exception:  # no name for this uid (a container): keep the number
