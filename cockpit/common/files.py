@@ -21,7 +21,9 @@ def write_atomic(path: str | Path, data: bytes | str, *, mode: int = FILE_MODE, 
 
     A reader sees the old file or the new one, never a mix. On any failure the temporary file is
     removed and `path` is left as it was; the OSError is raised for the caller to word.
-    The temporary name holds the process and thread, so two writers never share one.
+    The temporary name holds the process and thread, so two writers never share one. It is built
+    as plain text, not through pathlib: pathlib interns every name it parses, and a name interned
+    anew at every save churns the interpreter's table of interned strings until it doubles.
 
     `replace=False`: never over a file that is there, even one made a moment ago (FileExistsError):
     the complete file is linked into place instead of renamed.
@@ -29,7 +31,8 @@ def write_atomic(path: str | Path, data: bytes | str, *, mode: int = FILE_MODE, 
     path = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    folder, name = os.path.split(os.fspath(path))
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
         try:
@@ -113,8 +116,8 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
-def _unlink_quietly(path: Path) -> None:
+def _unlink_quietly(path: str | Path) -> None:
     try:
-        path.unlink()
+        os.unlink(path)
     except OSError:
         pass

@@ -10,14 +10,14 @@ one campaign record it once. Baselines and energy live in `.cockpit/gpu-health.j
 from __future__ import annotations
 
 import json
-import os
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from cockpit.common.layout import FILE_MODE, STATE_DIR, state_dir
+from cockpit.common.files import write_atomic
+from cockpit.common.layout import STATE_DIR, state_dir
 from cockpit.common.times import iso, parse_ts
 from cockpit.live.gpu import GpuSample, GpuSnapshot
 from cockpit.live.gpu_fields import POWER_THERMAL_REASONS, GpuCounters, GpuEvent
@@ -378,12 +378,7 @@ class HealthMonitor:
         if not force and now is not None and self._saved_at is not None and now - self._saved_at < SAVE_SECONDS:
             return
         try:
-            folder = state_dir(self.directory)
-            temporary = folder / f".{HEALTH_FILE}.{os.getpid()}.tmp"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(self.to_dict(), handle, sort_keys=True)
-            os.replace(temporary, folder / HEALTH_FILE)
+            write_atomic(state_dir(self.directory) / HEALTH_FILE, json.dumps(self.to_dict(), sort_keys=True))
         except OSError as error:
             self._notice(f"cannot save the GPU health record in .cockpit/ ({error.strerror or error}); "
                          "energy per run is kept in memory until the disk takes it")

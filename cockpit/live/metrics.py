@@ -213,12 +213,13 @@ class MetricsStream:
             self.close()
             return PollResult(error=f"cannot read {self.path}: {error.strerror or error}")
 
-    def close(self) -> None:
-        """Release the kept descriptor (the next poll opens the file again)."""
+    def close(self, _close: Callable[[int], None] = os.close) -> None:
+        """Release the kept descriptor (the next poll opens the file again). `os.close` is bound
+        here, not looked up: a stream freed late in the interpreter's shutdown finds `os` gone."""
         fd, self._fd, self._fd_file = getattr(self, "_fd", None), None, None  # (a half-made stream has none)
         if fd is not None:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 

@@ -63,3 +63,21 @@ def test_append_line_ends_a_torn_line_and_keeps_all_or_nothing(tmp_path, monkeyp
         append_line(path, b'{"d": 4}\n')
     monkeypatch.undo()
     assert path.read_bytes() == before
+
+
+def test_replacing_a_file_again_and_again_interns_no_new_names(tmp_path, monkeypatch):
+    """The cockpit saves its state every few seconds for weeks. A temporary name built through
+    pathlib is interned by the interpreter (pathlib interns every part it parses), and one that dies
+    between saves is interned anew each time: the interned table churns until it doubles (~0.5 MB at
+    tick ~25,000 of bench/memory_30day.py, read there as growth). The temporary name is plain text."""
+    import sys
+
+    path = tmp_path / "state.json"
+    write_atomic(path, b"first")
+    interned: list[str] = []
+    real = sys.intern
+    monkeypatch.setattr(sys, "intern", lambda text: interned.append(text) or real(text))
+    for n in range(5):
+        write_atomic(path, f"save {n}")
+    assert path.read_text() == "save 4"
+    assert [name for name in interned if name.endswith(".tmp")] == []

@@ -866,3 +866,20 @@ def test_a_position_saved_without_a_tail_still_notices_a_rewrite(path: Path, tmp
         handle.write(b"".join(json.dumps({"ts": T0 + 500 + i, "step": 50 + i}).encode() + b"\n" for i in range(20)))
     result = restored.poll()
     assert result.reset and result.reset_reason == "rewritten" and restored.track.last_step == 69
+
+
+def test_a_stream_left_open_at_exit_closes_quietly(path: Path, monkeypatch):
+    """A stream still holding its descriptor when the interpreter shuts down (a script that never
+    called Engine.close) is released without an "Exception ignored in __del__" on stderr: by then
+    the interpreter may have set the module's names, `os` among them, to None."""
+    write(path, {"step": 1, "loss": 1.0})
+    stream = MetricsStream("r", path)
+    assert stream.poll().lines == 1
+    fd = stream._fd
+    assert fd is not None
+    monkeypatch.setattr(metrics, "os", None)  # what the shutdown leaves
+    stream.__del__()
+    monkeypatch.undo()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # released
+    assert stream._fd is None
