@@ -13,10 +13,12 @@ the lot is simulated in two parts, each driving the real `Engine` with an inject
    malloc has handed out (`mallinfo2`), at ticks T and 2T (T = half the run). Those two moments
    are the same phase of every bounded history: a downsampled series of N points and of 2N
    points keeps the same number of buckets (its bucket width doubles), so the difference is what
-   grows with time. The same difference over every pair (t, 2t) with T/2 ≤ t ≤ T is printed beside
-   it: those pairs agree unless something happened once between them (an interpreter table that
-   doubled once shows in the pairs that straddle it and in no other). RSS cannot be fitted instead: glibc keeps freed chunks and trims them now
-   and then, so RSS moves by ±4 MB with no growth behind it (measured: 58.7–64.0 MB over ticks
+   grows with time. The same difference over the pairs (t, 2t) with T/2 ≤ t ≤ T is printed
+   beside it, from the first pair to the last: growth that falls as t rises is history still
+   filling towards its bound (the figure, from the last pair, then errs high), and one pair far
+   above its neighbours is something that happened once between its two moments (an
+   interpreter table that doubled once). RSS cannot be fitted instead: glibc keeps freed chunks
+   and trims them now and then, so RSS moves by ±4 MB with no growth behind it (measured: 58.7–64.0 MB over ticks
    13,000–30,000 while RSS less malloc's free chunks stayed 57.2–58.2 MB), and a line through
    that, extended 86 times its length, says 200–400 MB. The figure is the largest RSS seen plus
    that growth extended to 2,592,000 ticks; RSS's own straight-line slope is printed beside it.
@@ -45,7 +47,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -183,7 +184,7 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
             engine.tick()
             if tick in (half, ticks) or tick % 1000 == 0 and tick >= half / 2:
                 gc.collect()
-                heap[tick] = heap_bytes()  # every doubling pair (t, 2t) with T/2 ≤ t ≤ T: the spread below
+                heap[tick] = heap_bytes()  # every doubling pair (t, 2t) with T/2 ≤ t ≤ T: printed below
             if tick % 1000 == 0:
                 if full_at_fit is None and tick > ticks / 3:
                     full_at_fit = _bounded_full(engine)
@@ -204,11 +205,10 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
     end = samples[-1][1] if samples else rss_mb()
     peak = max((y for _, y in samples), default=end)
     growth = (heap[ticks][0] - heap[half][0]) / (ticks - half)  # bytes a tick, T to 2T
-    # The same measure for every doubling pair (t, 2t), T/2 ≤ t ≤ T: each is the same phase of the
-    # bounded histories, so they agree unless something happened once between them (a table that
-    # doubled once reads as growth in the pairs that straddle it, and in none of the others).
-    pairs = sorted((heap[2 * t][0] - heap[t][0]) / t for t in range(1000 * -(-half // 2000), half + 1, 1000)
-                   if t in heap and 2 * t in heap)
+    # The same measure over each doubling pair (t, 2t), T/2 ≤ t ≤ T, in the order of t: falling
+    # growth is history still filling; one pair far above its neighbours, something that happened once.
+    pairs = [(t, round((heap[2 * t][0] - heap[t][0]) / t, 1)) for t in range(1000 * -(-half // 2000), half + 1, 1000)
+             if t in heap and 2 * t in heap]
     projected = peak + max(0.0, growth) * (THIRTY_DAYS_S - ticks) / 2**20
     line_projection = end + max(0.0, slope) * (THIRTY_DAYS_S - ticks)
     return {
@@ -226,8 +226,7 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
         "heap_mb_at": {str(half): round(heap[half][0] / 2**20, 2), str(ticks): round(heap[ticks][0] / 2**20, 2)},
         "heap_counted": heap[ticks][1],
         "heap_growth_bytes_per_tick": round(growth, 2),
-        "doubling_pairs_growth_bytes_per_tick": {"pairs": len(pairs), "min": round(pairs[0], 2), "median": round(statistics.median(pairs), 2),
-                                                 "max": round(pairs[-1], 2)} if pairs else None,
+        "doubling_pairs_growth_bytes_per_tick": {str(t): growth for t, growth in pairs},
         "projected_30_days_mb": round(projected, 1),
         "blocks_after_warmup": int(warm_blocks[0][1]) if warm_blocks else None,
         "blocks_end": int(blocks[-1][1]) if blocks else None,
@@ -326,10 +325,10 @@ def main() -> None:
     print(f"        RSS {first['rss_after_warmup_mb']} MB after warm-up → {first['rss_end_mb']} MB at the end, at most {first['rss_max_mb']} MB")
     print(f"        heap ({first['heap_counted']}) {heap_at[0][1]} MB at tick {int(heap_at[0][0]):,} → {heap_at[1][1]} MB at tick "
           f"{int(heap_at[1][0]):,}: {first['heap_growth_bytes_per_tick']} bytes a tick → {first['projected_30_days_mb']} MB at 30 days")
-    spread = first["doubling_pairs_growth_bytes_per_tick"]
-    if spread:
-        print(f"        the same for each of {spread['pairs']} pairs (t, 2t), T/2 ≤ t ≤ T: {spread['min']} to {spread['max']} bytes a tick, "
-              f"median {spread['median']} (a one-time event shows as a spread)")
+    pairs = first["doubling_pairs_growth_bytes_per_tick"]
+    if pairs:
+        print(f"        the same over (t, 2t) for t = {', '.join(f'{int(t):,}' for t in pairs)}: "
+              f"{', '.join(str(g) for g in pairs.values())} bytes a tick")
     print(f"        (a straight line through RSS: {first['slope_mb_per_day']} MB/day → {first['rss_line_projection_mb']} MB; not the figure)")
     print(f"        allocated blocks {first['blocks_after_warmup']:,} after warm-up → {first['blocks_end']:,} at the end "
           f"({first['blocks_slope_per_day']:+,.0f} a day)")

@@ -208,8 +208,9 @@ def memory_30day(quick: bool) -> Outcome:
             "the larger of the two lines below"),
         Row(f"    8 GPUs + 50 runs, {first['ticks']:,} ticks → projected to 30 days", first["projected_30_days_mb"], "MB", None,
             f"largest RSS {first['rss_max_mb']} MB + heap growth {first['heap_growth_bytes_per_tick']} bytes a tick "
-            f"(ticks {', '.join(first['heap_mb_at'])}); the same over every pair (t, 2t), T/2 ≤ t ≤ T: "
-            + (f"{spread['min']} to {spread['max']}, median {spread['median']}; " if (spread := first.get("doubling_pairs_growth_bytes_per_tick")) else "")
+            f"(ticks {', '.join(first['heap_mb_at'])}); the same over each pair (t, 2t), T/2 ≤ t ≤ T: "
+            + (f"{', '.join(str(g) for g in pairs.values())} (t from {min(map(int, pairs)):,} to {max(map(int, pairs)):,}); "
+               if (pairs := first.get("doubling_pairs_growth_bytes_per_tick")) else "")
             + f"a straight line through RSS would say {first['rss_line_projection_mb']} MB"),
         Row(f"    one run, {second['lines']:,} lines ({second['days']} days), peak", second["rss_max_mb"], "MB", None),
     ], seconds)
