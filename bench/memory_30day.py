@@ -14,10 +14,10 @@ the lot is simulated in two parts, each driving the real `Engine` with an inject
    are the same phase of every bounded history: a downsampled series of N points and of 2N
    points keeps the same number of buckets (its bucket width doubles), so the difference is what
    grows with time. The same difference over the pairs (t, 2t) with T/2 ≤ t ≤ T is printed
-   beside it, from the first pair to the last: growth that falls as t rises is history still
-   filling towards its bound (the figure, from the last pair, then errs high), and one pair far
-   above its neighbours is something that happened once between its two moments (an
-   interpreter table that doubled once). RSS cannot be fitted instead: glibc keeps freed chunks
+   beside it, from the first pair to the last: an event that happened once at tick s (an
+   interpreter table that doubled) is inside every pair with t < s ≤ 2t and outside the others,
+   so it shows as a step in the pairs' growth between t just under s and t = s; growth that
+   falls steadily as t rises is history still filling towards its bound. RSS cannot be fitted instead: glibc keeps freed chunks
    and trims them now and then, so RSS moves by ±4 MB with no growth behind it (measured: 58.7–64.0 MB over ticks
    13,000–30,000 while RSS less malloc's free chunks stayed 57.2–58.2 MB), and a line through
    that, extended 86 times its length, says 200–400 MB. The figure is the largest RSS seen plus
@@ -205,8 +205,8 @@ def per_second(ticks: int, runs: int, gpus: int) -> dict:
     end = samples[-1][1] if samples else rss_mb()
     peak = max((y for _, y in samples), default=end)
     growth = (heap[ticks][0] - heap[half][0]) / (ticks - half)  # bytes a tick, T to 2T
-    # The same measure over each doubling pair (t, 2t), T/2 ≤ t ≤ T, in the order of t: falling
-    # growth is history still filling; one pair far above its neighbours, something that happened once.
+    # The same measure over each doubling pair (t, 2t), T/2 ≤ t ≤ T, in the order of t: a step is
+    # something that happened once (inside the pairs with t < s ≤ 2t); a steady fall, history filling.
     pairs = [(t, round((heap[2 * t][0] - heap[t][0]) / t, 1)) for t in range(1000 * -(-half // 2000), half + 1, 1000)
              if t in heap and 2 * t in heap]
     projected = peak + max(0.0, growth) * (THIRTY_DAYS_S - ticks) / 2**20
