@@ -16,8 +16,9 @@ the lot is simulated in two parts, each driving the real `Engine` with an inject
    grows with time. The same difference over the pairs (t, 2t) with T/2 ≤ t ≤ T is printed
    beside it, from the first pair to the last: an event that happened once at tick s (an
    interpreter table that doubled) is inside every pair with t < s ≤ 2t and outside the others,
-   so it shows as a step in the pairs' growth between t just under s and t = s; growth that
-   falls steadily as t rises is history still filling towards its bound. RSS cannot be fitted instead: glibc keeps freed chunks
+   so it shows as a step in the pairs' growth between t just under s and t = s. A series' merge
+   does the same: the doubling keeps a series' bucket count, not exactly what its buckets hold, so
+   pairs either side of a merge can disagree (measured: 33 against 8 bytes a tick, bench/README.md). RSS cannot be fitted instead: glibc keeps freed chunks
    and trims them now and then, so RSS moves by ±4 MB with no growth behind it (measured: 58.7–64.0 MB over ticks
    13,000–30,000 while RSS less malloc's free chunks stayed 57.2–58.2 MB), and a line through
    that, extended 86 times its length, says 200–400 MB. The figure is the largest RSS seen plus
