@@ -64,7 +64,7 @@ from cockpit.live.fake_gpus import FakeGpus  # noqa: E402
 from cockpit.plan.load import load_campaign  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import engine_tick  # noqa: E402  (its campaign)
+import engine_tick  # noqa: E402  (its campaign; importing it pauses the collector until the campaign is loaded, as the cockpit starts)
 
 THIRTY_DAYS_S = 30 * 24 * 3600
 TARGET_MB = 150.0
